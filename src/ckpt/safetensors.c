@@ -1,0 +1,772 @@
+// safetensors.c: a validating safetensors reader (pread on an open fd) and an atomic writer.
+// The reader parses the JSON header with a small hand-written parser that accepts exactly what
+// safetensors needs: objects, strings with escapes, non-negative integers and integer arrays.
+#include "ckpt/safetensors.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "tensor/tensor.h"
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "safetensors.c assumes a little-endian host (data is stored little-endian)"
+#endif
+
+#define ST_MAX_HEADER 100000000ull  // 100 MB, the limit of the reference implementation
+#define ST_NDTYPES 6
+
+static const char *const dtype_names[ST_NDTYPES] = {"F32", "BF16", "F16", "I32", "I64", "U8"};
+static const size_t dtype_sizes[ST_NDTYPES] = {4, 2, 2, 4, 8, 1};
+
+// The safetensors spelling of dt ("F32", "BF16", ...).
+const char *st_dtype_name(st_dtype dt) { return (unsigned)dt < ST_NDTYPES ? dtype_names[dt] : "?"; }
+// Bytes per element of dt (0 for an invalid value).
+size_t st_dtype_size(st_dtype dt) { return (unsigned)dt < ST_NDTYPES ? dtype_sizes[dt] : 0; }
+
+struct st_file {
+    char *path;
+    int fd;
+    uint64_t data_off;         // 8 + header length: where the data section starts
+    uint64_t file_size;
+    int n, cap;                // tensors
+    st_entry *entries;         // (n,) in header order
+    const st_entry **by_name;  // (n,) sorted by name, for st_find
+    int nmeta, metacap;
+    char **meta;               // (2*nmeta,) key, value, key, value, ...
+};
+
+// malloc'd copy of s, or NULL.
+static char *dupstr(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *d = malloc(n);
+    if (d) memcpy(d, s, n);
+    return d;
+}
+
+// Ensures room for `need` elements of `elem` bytes: returns arr or a larger realloc'd array
+// (updating *cap), or NULL with arr untouched.
+static void *grow(void *arr, int *cap, int need, size_t elem) {
+    if (need <= *cap) return arr;
+    int nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    void *q = realloc(arr, (size_t)nc * elem);
+    if (q) *cap = nc;
+    return q;
+}
+
+// Reads exactly n bytes at file offset off into dst. dst: (n,) bytes
+static fsdp_status pread_full(const st_file *f, uint64_t off, void *dst, uint64_t n) {
+    unsigned char *p = dst;
+    while (n > 0) {
+        size_t want = n > (1u << 30) ? (1u << 30) : (size_t)n;
+        ssize_t r = pread(f->fd, p, want, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) return fsdp_error(FSDP_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
+        if (r == 0)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: unexpected end of file at byte %" PRIu64,
+                              f->path, off);
+        p += r;
+        off += (uint64_t)r;
+        n -= (uint64_t)r;
+    }
+    return FSDP_OK;
+}
+
+// ---------------------------------------------------------------- JSON header parser
+
+typedef struct {
+    const char *s;       // header text, (n,)
+    size_t n, pos;
+    const char *path;    // for messages
+    const char *tensor;  // tensor being parsed, or NULL
+} jparser;
+
+// Records a FSDP_ERR_FORMAT message about the header at the current position.
+static fsdp_status jerr(const jparser *p, const char *what) {
+    if (p->tensor)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: invalid JSON header at byte %zu (tensor '%s'): %s",
+                          p->path, p->pos, p->tensor, what);
+    return fsdp_error(FSDP_ERR_FORMAT, "%s: invalid JSON header at byte %zu: %s", p->path, p->pos, what);
+}
+
+// Skips whitespace and returns the next character, or -1 at the end.
+static int jpeek(jparser *p) {
+    while (p->pos < p->n && p->s[p->pos] && strchr(" \t\r\n", p->s[p->pos])) p->pos++;
+    return p->pos < p->n ? (unsigned char)p->s[p->pos] : -1;
+}
+
+// Consumes character c (after whitespace) or fails.
+static fsdp_status jexpect(jparser *p, char c) {
+    if (jpeek(p) == (unsigned char)c) {
+        p->pos++;
+        return FSDP_OK;
+    }
+    char msg[32];
+    snprintf(msg, sizeof msg, "expected '%c'", c);
+    return jerr(p, msg);
+}
+
+// Parses the 4 hex digits at s (which has at least 4 readable bytes) into *out; 0 if not hex.
+static int hex4(const char *s, uint32_t *out) {
+    static const char digits[] = "0123456789abcdef";
+    *out = 0;
+    for (int i = 0; i < 4; i++) {
+        const char *d = s[i] ? strchr(digits, tolower((unsigned char)s[i])) : NULL;
+        if (!d) return 0;
+        *out = *out * 16 + (uint32_t)(d - digits);
+    }
+    return 1;
+}
+
+// Writes code point cp as UTF-8 to o; returns the byte count (1..4). o: (4,)
+static size_t utf8_put(uint32_t cp, char *o) {
+    static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
+    size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
+    for (size_t i = n - 1; i > 0; i--, cp >>= 6) o[i] = (char)(0x80 | (cp & 0x3F));
+    o[0] = (char)(lead[n] | cp);
+    return n;
+}
+
+// Decodes the escape after a backslash at p->pos into o; returns the bytes written, or 0 with
+// *bad set. end: the closing quote's index.
+static size_t junescape(jparser *p, size_t end, char *o, const char **bad) {
+    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
+    char e = p->s[p->pos++];
+    const char *q = e ? strchr(from, e) : NULL;
+    uint32_t cp, lo;
+    if (q) {
+        *o = to[q - from];
+        return 1;
+    }
+    if (e != 'u' || p->pos + 4 > end || !hex4(p->s + p->pos, &cp)) {
+        *bad = "invalid escape in string";
+        return 0;
+    }
+    p->pos += 4;
+    if (cp >= 0xD800 && cp < 0xDC00 && p->pos + 6 <= end && p->s[p->pos] == '\\' &&
+        p->s[p->pos + 1] == 'u' && hex4(p->s + p->pos + 2, &lo) && lo >= 0xDC00 && lo < 0xE000) {
+        p->pos += 6;  // a surrogate pair
+        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
+    }
+    if (cp >= 0xD800 && cp < 0xE000) *bad = "unpaired surrogate in \\u escape";
+    if (cp == 0) *bad = "NUL character in string";
+    return *bad ? 0 : utf8_put(cp, o);
+}
+
+// Parses a JSON string into a malloc'd, NUL-terminated *out (escapes decoded, NUL rejected).
+static fsdp_status jstring(jparser *p, char **out) {
+    *out = NULL;
+    if (jpeek(p) != '"') return jerr(p, "expected a string");
+    size_t start = ++p->pos, end = start;
+    while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
+    if (end >= p->n) return jerr(p, "unterminated string");
+    char *o = malloc(end - start + 1);  // decoding never makes a string longer
+    if (!o) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the header", p->path);
+    size_t k = 0;
+    const char *bad = NULL;
+    while (p->pos < end && !bad) {
+        unsigned char c = (unsigned char)p->s[p->pos++];
+        if (c < 0x20) bad = "control character in string";
+        else if (c != '\\') o[k++] = (char)c;
+        else k += junescape(p, end, o + k, &bad);
+    }
+    if (bad) {
+        free(o);
+        return jerr(p, bad);
+    }
+    o[k] = 0;
+    p->pos = end + 1;
+    *out = o;
+    return FSDP_OK;
+}
+
+// Parses a non-negative integer that fits in 63 bits.
+static fsdp_status juint(jparser *p, uint64_t *out) {
+    int c = jpeek(p);
+    if (c < '0' || c > '9') return jerr(p, "expected a non-negative integer");
+    uint64_t v = 0;
+    while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
+        uint64_t d = (uint64_t)(p->s[p->pos] - '0');
+        if (v > ((uint64_t)INT64_MAX - d) / 10) return jerr(p, "integer too large");
+        v = v * 10 + d;
+        p->pos++;
+    }
+    *out = v;
+    return FSDP_OK;
+}
+
+// Parses an array of at most `max` non-negative integers into out; *count = its length. out: (max,)
+static fsdp_status juint_array(jparser *p, uint64_t *out, int max, int *count) {
+    *count = 0;
+    FSDP_CHECK(jexpect(p, '['));
+    if (jpeek(p) == ']') { p->pos++; return FSDP_OK; }
+    for (;;) {
+        if (*count == max) return jerr(p, "array too long");
+        FSDP_CHECK(juint(p, &out[(*count)++]));
+        int c = jpeek(p);
+        p->pos++;
+        if (c == ']') return FSDP_OK;
+        if (c != ',') { p->pos--; return jerr(p, "expected ',' or ']'"); }
+    }
+}
+
+// Inside an object whose '{' is consumed: parses the next `"key":` into a malloc'd *key, or sets
+// *key = NULL after consuming the closing '}'. *first is 1 before the first key.
+static fsdp_status jkey(jparser *p, int *first, char **key) {
+    *key = NULL;
+    int c = jpeek(p);
+    if (c == '}') { p->pos++; return FSDP_OK; }
+    if (!*first) {
+        if (c != ',') return jerr(p, "expected ',' or '}'");
+        p->pos++;
+    }
+    *first = 0;
+    FSDP_CHECK(jstring(p, key));
+    fsdp_status s = jexpect(p, ':');
+    if (s != FSDP_OK) { free(*key); *key = NULL; }
+    return s;
+}
+
+// Parses {"dtype": .., "shape": [..], "data_offsets": [b, e]} into e (e->name already set).
+static fsdp_status parse_tensor(jparser *p, st_entry *e) {
+    char *dtype = NULL, *key = NULL;
+    int have_shape = 0, have_offsets = 0, first = 1;
+    fsdp_status s = jexpect(p, '{');
+    while (s == FSDP_OK && (s = jkey(p, &first, &key)) == FSDP_OK && key) {
+        uint64_t v[ST_MAX_DIMS] = {0};
+        int k = 0;
+        if (!strcmp(key, "dtype") && !dtype) {
+            s = jstring(p, &dtype);
+        } else if (!strcmp(key, "shape") && !have_shape) {
+            s = juint_array(p, v, ST_MAX_DIMS, &e->ndim);
+            for (int i = 0; i < e->ndim; i++) e->shape[i] = (int64_t)v[i];
+            have_shape = 1;
+        } else if (!strcmp(key, "data_offsets") && !have_offsets) {
+            s = juint_array(p, v, 2, &k);
+            if (s == FSDP_OK && k != 2) s = jerr(p, "data_offsets must be [begin, end]");
+            e->begin = v[0];
+            e->end = v[1];
+            have_offsets = 1;
+        } else {
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' has an unexpected or repeated key '%.64s'",
+                           p->path, e->name, key);
+        }
+        free(key);
+    }
+    if (s == FSDP_OK && (!dtype || !have_shape || !have_offsets))
+        s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", p->path,
+                       e->name);
+    if (s == FSDP_OK) {
+        int d = 0;
+        while (d < ST_NDTYPES && strcmp(dtype, dtype_names[d])) d++;
+        if (d == ST_NDTYPES)
+            s = fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has unsupported dtype '%.32s'", p->path,
+                           e->name, dtype);
+        e->dtype = (st_dtype)d;
+    }
+    free(dtype);
+    return s;
+}
+
+// Parses the "__metadata__" object (string -> string) into f->meta.
+static fsdp_status parse_metadata(jparser *p, st_file *f) {
+    int first = 1;
+    FSDP_CHECK(jexpect(p, '{'));
+    for (;;) {
+        char *key, *val = NULL;
+        FSDP_CHECK(jkey(p, &first, &key));
+        if (!key) return FSDP_OK;
+        fsdp_status s = jstring(p, &val);
+        if (s == FSDP_OK && st_metadata(f, key))
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: duplicate metadata key '%.64s'", p->path, key);
+        char **m = s == FSDP_OK ? grow(f->meta, &f->metacap, 2 * f->nmeta + 2, sizeof *m) : NULL;
+        if (s == FSDP_OK && !m) s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", p->path);
+        if (s != FSDP_OK) {
+            free(key);
+            free(val);
+            return s;
+        }
+        f->meta = m;
+        f->meta[2 * f->nmeta] = key;
+        f->meta[2 * f->nmeta++ + 1] = val;
+    }
+}
+
+// Parses the whole header object into f->entries and f->meta.
+static fsdp_status parse_header(jparser *p, st_file *f) {
+    int first = 1, have_meta = 0;
+    FSDP_CHECK(jexpect(p, '{'));
+    for (;;) {
+        char *key;
+        FSDP_CHECK(jkey(p, &first, &key));
+        if (!key) break;
+        fsdp_status s = FSDP_OK;
+        st_entry *grown;
+        if (!strcmp(key, "__metadata__")) {
+            s = have_meta ? jerr(p, "repeated __metadata__") : parse_metadata(p, f);
+            have_meta = 1;
+        } else if (strlen(key) >= ST_NAME_MAX) {
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor name '%.64s...' is longer than %d bytes",
+                           p->path, key, ST_NAME_MAX - 1);
+        } else if (!(grown = grow(f->entries, &f->cap, f->n + 1, sizeof *grown))) {
+            s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", p->path);
+        } else {
+            f->entries = grown;
+            st_entry *e = &f->entries[f->n];
+            memset(e, 0, sizeof *e);
+            strcpy(e->name, key);
+            p->tensor = e->name;
+            s = parse_tensor(p, e);
+            p->tensor = NULL;
+            f->n += s == FSDP_OK;
+        }
+        free(key);
+        FSDP_CHECK(s);
+    }
+    if (jpeek(p) != -1) return jerr(p, "unexpected characters after the header object");
+    return FSDP_OK;
+}
+
+// ---------------------------------------------------------------- reader
+
+// qsort comparators over const st_entry * arrays.
+static int cmp_name(const void *a, const void *b) {
+    return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
+}
+static int cmp_begin(const void *a, const void *b) {
+    const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
+    return x->begin < y->begin ? -1 : x->begin > y->begin;
+}
+
+// Checks every entry against its dtype, shape and the file size; rejects duplicates and overlap.
+static fsdp_status validate(st_file *f) {
+    uint64_t data_size = f->file_size - f->data_off;
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = &f->entries[i];
+        if (e->end < e->begin)
+            return fsdp_error(FSDP_ERR_FORMAT,
+                              "%s: tensor '%s' has data_offsets [%" PRIu64 ", %" PRIu64 "] with end < begin",
+                              f->path, e->name, e->begin, e->end);
+        uint64_t numel = 1, esz = st_dtype_size(e->dtype);
+        int overflow = 0;
+        for (int d = 0; d < e->ndim; d++) {
+            uint64_t dim = (uint64_t)e->shape[d];
+            if (dim && numel > UINT64_MAX / dim) overflow = 1;
+            numel *= dim;
+        }
+        char sh[256];
+        fsdp_shape_str(e->ndim, e->shape, sh, sizeof sh);
+        if (overflow || numel > UINT64_MAX / esz || e->end - e->begin != numel * esz)
+            return fsdp_error(FSDP_ERR_FORMAT,
+                              "%s: tensor '%s' has %" PRIu64 " bytes but dtype %s and shape %s need %" PRIu64,
+                              f->path, e->name, e->end - e->begin, st_dtype_name(e->dtype), sh, numel * esz);
+        if (e->end > data_size)
+            return fsdp_error(FSDP_ERR_FORMAT,
+                              "%s: truncated: tensor '%s' ends at byte %" PRIu64 " of the data section but "
+                              "it has only %" PRIu64 " bytes", f->path, e->name, e->end, data_size);
+    }
+    if (f->n == 0) return FSDP_OK;
+    f->by_name = malloc((size_t)f->n * sizeof *f->by_name);
+    const st_entry **by_begin = malloc((size_t)f->n * sizeof *by_begin);
+    if (!f->by_name || !by_begin) {
+        free(by_begin);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", f->path);
+    }
+    for (int i = 0; i < f->n; i++) f->by_name[i] = by_begin[i] = &f->entries[i];
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
+    qsort(by_begin, (size_t)f->n, sizeof *by_begin, cmp_begin);
+    fsdp_status s = FSDP_OK;
+    for (int i = 1; i < f->n && s == FSDP_OK; i++)
+        if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: duplicate tensor '%s'", f->path, f->by_name[i]->name);
+    uint64_t max_end = 0;
+    const char *prev = NULL;
+    for (int i = 0; i < f->n && s == FSDP_OK; i++) {
+        const st_entry *e = by_begin[i];
+        if (e->begin == e->end) continue;  // empty tensors occupy no bytes
+        if (e->begin < max_end)
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' overlaps tensor '%s'", f->path, e->name, prev);
+        if (e->end > max_end) {
+            max_end = e->end;
+            prev = e->name;
+        }
+    }
+    free(by_begin);
+    return s;
+}
+
+// Opens f->path, reads and parses the header and validates it.
+static fsdp_status open_impl(st_file *f) {
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) return fsdp_error(FSDP_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    struct stat st;
+    if (fstat(f->fd, &st) != 0) return fsdp_error(FSDP_ERR_IO, "%s: cannot stat: %s", f->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fsdp_error(FSDP_ERR_IO, "%s: not a regular file", f->path);
+    f->file_size = (uint64_t)st.st_size;
+    if (f->file_size < 8)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: file has %" PRIu64 " bytes, need at least 8",
+                          f->path, f->file_size);
+    unsigned char lenbuf[8];
+    FSDP_CHECK(pread_full(f, 0, lenbuf, 8));
+    uint64_t hlen = 0;
+    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
+    if (hlen > ST_MAX_HEADER)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the 100 MB limit",
+                          f->path, hlen);
+    if (hlen + 8 > f->file_size)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: header says %" PRIu64 " bytes but file has %" PRIu64,
+                          f->path, hlen, f->file_size);
+    char *hdr = malloc(hlen + 1);
+    if (!hdr) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for the header", f->path);
+    fsdp_status s = pread_full(f, 8, hdr, hlen);
+    f->data_off = 8 + hlen;
+    jparser p = {hdr, (size_t)hlen, 0, f->path, NULL};
+    if (s == FSDP_OK) s = parse_header(&p, f);
+    free(hdr);
+    return s == FSDP_OK ? validate(f) : s;
+}
+
+// Opens and validates path; on success *out is an open file for st_close.
+fsdp_status st_open(const char *path, st_file **out) {
+    *out = NULL;
+    st_file *f = calloc(1, sizeof *f);
+    if (f) f->fd = -1;
+    if (!f || !(f->path = dupstr(path))) {
+        free(f);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    fsdp_status s = open_impl(f);
+    if (s != FSDP_OK) {
+        st_close(f);
+        return s;
+    }
+    *out = f;
+    return FSDP_OK;
+}
+
+// Closes the fd and frees everything (NULL is fine).
+void st_close(st_file *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    for (int i = 0; i < 2 * f->nmeta; i++) free(f->meta[i]);
+    free(f->meta);
+    free(f->by_name);
+    free(f->entries);
+    free(f->path);
+    free(f);
+}
+
+const char *st_path(const st_file *f) { return f->path; }
+int st_count(const st_file *f) { return f->n; }
+const st_entry *st_entry_at(const st_file *f, int i) { return i >= 0 && i < f->n ? &f->entries[i] : NULL; }
+
+// Binary search over the name-sorted index.
+const st_entry *st_find(const st_file *f, const char *name) {
+    int lo = 0, hi = f->n;
+    while (f->by_name && lo < hi) {
+        int mid = lo + (hi - lo) / 2, c = strcmp(f->by_name[mid]->name, name);
+        if (c == 0) return f->by_name[mid];
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return NULL;
+}
+
+// Linear search: metadata is small.
+const char *st_metadata(const st_file *f, const char *key) {
+    for (int i = 0; i < f->nmeta; i++)
+        if (!strcmp(f->meta[2 * i], key)) return f->meta[2 * i + 1];
+    return NULL;
+}
+
+// Finds `name` and checks that its shape is exactly shape[ndim].
+static fsdp_status lookup(const st_file *f, const char *name, int ndim, const int64_t *shape,
+                          const st_entry **out) {
+    const st_entry *e = st_find(f, name);
+    if (!e) return fsdp_error(FSDP_ERR_MISSING, "%s: missing tensor '%s'", f->path, name);
+    int same = e->ndim == ndim;
+    for (int i = 0; same && i < ndim; i++) same = e->shape[i] == shape[i];
+    if (!same) {
+        char have[256], want[256];
+        fsdp_shape_str(e->ndim, e->shape, have, sizeof have);
+        fsdp_shape_str(ndim, shape, want, sizeof want);
+        return fsdp_error(FSDP_ERR_SHAPE, "%s: tensor '%s' has shape %s, expected %s", f->path, name,
+                          have, want);
+    }
+    *out = e;
+    return FSDP_OK;
+}
+
+// Reads e converting to float (fdst) or int32 (idst) in chunks; exactly one of them is non-NULL.
+// fdst, idst: (numel,)
+static fsdp_status read_convert(const st_file *f, const st_entry *e, float *fdst, int32_t *idst) {
+    size_t esz = st_dtype_size(e->dtype);
+    uint64_t off = f->data_off + e->begin, numel = (e->end - e->begin) / esz;
+    if ((fdst && e->dtype == ST_F32) || (idst && e->dtype == ST_I32))
+        return pread_full(f, off, fdst ? (void *)fdst : (void *)idst, e->end - e->begin);
+    const uint64_t chunk = 1 << 16;  // elements per read
+    if (numel == 0) return FSDP_OK;
+    unsigned char *buf = malloc((numel < chunk ? numel : chunk) * esz);
+    if (!buf) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory reading tensor '%s'", f->path, e->name);
+    fsdp_status s = FSDP_OK;
+    for (uint64_t i0 = 0; i0 < numel && s == FSDP_OK; i0 += chunk) {
+        size_t m = (size_t)(numel - i0 < chunk ? numel - i0 : chunk);
+        s = pread_full(f, off + i0 * esz, buf, m * esz);
+        for (size_t j = 0; j < m && s == FSDP_OK; j++) {
+            uint16_t h;
+            int64_t v;
+            if (e->dtype == ST_BF16 || e->dtype == ST_F16) {
+                memcpy(&h, buf + 2 * j, 2);
+                fdst[i0 + j] = e->dtype == ST_BF16 ? fsdp_bf16_to_f32(h) : fsdp_f16_to_f32(h);
+            } else {  // I64 -> I32
+                memcpy(&v, buf + 8 * j, 8);
+                if (v < INT32_MIN || v > INT32_MAX)
+                    s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' element %" PRIu64 " = %" PRId64
+                                   " does not fit in int32", f->path, e->name, i0 + j, v);
+                else
+                    idst[i0 + j] = (int32_t)v;
+            }
+        }
+    }
+    free(buf);
+    return s;
+}
+
+fsdp_status st_read_f32(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape) {
+    const st_entry *e;
+    FSDP_CHECK(lookup(f, name, ndim, shape, &e));
+    if (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16)
+        return fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected F32, BF16 or F16",
+                          f->path, name, st_dtype_name(e->dtype));
+    return read_convert(f, e, dst, NULL);
+}
+
+fsdp_status st_read_i32(const st_file *f, const char *name, int32_t *dst, int ndim, const int64_t *shape) {
+    const st_entry *e;
+    FSDP_CHECK(lookup(f, name, ndim, shape, &e));
+    if (e->dtype != ST_I32 && e->dtype != ST_I64)
+        return fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected I32 or I64", f->path,
+                          name, st_dtype_name(e->dtype));
+    return read_convert(f, e, NULL, dst);
+}
+
+fsdp_status st_read_raw(const st_file *f, const char *name, void *dst, uint64_t byte_begin, uint64_t byte_end) {
+    const st_entry *e = st_find(f, name);
+    if (!e) return fsdp_error(FSDP_ERR_MISSING, "%s: missing tensor '%s'", f->path, name);
+    if (byte_begin > byte_end || byte_end > e->end - e->begin)
+        return fsdp_error(FSDP_ERR_INVALID_ARG,
+                          "%s: tensor '%s': byte range [%" PRIu64 ", %" PRIu64 ") is outside its %" PRIu64 " bytes",
+                          f->path, name, byte_begin, byte_end, e->end - e->begin);
+    return pread_full(f, f->data_off + e->begin + byte_begin, dst, byte_end - byte_begin);
+}
+
+// ---------------------------------------------------------------- writer
+
+typedef struct {
+    char *name;
+    st_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    const void *data;  // (bytes,), not owned
+    uint64_t bytes;
+} st_wentry;
+
+struct st_writer {
+    char *path;
+    int n, cap;
+    st_wentry *e;  // (n,) in insertion order
+    int nmeta, metacap;
+    char **meta;   // (2*nmeta,) key, value pairs
+};
+
+// Returns a writer for path, or NULL (with fsdp_error set) when out of memory.
+st_writer *st_writer_new(const char *path) {
+    st_writer *w = calloc(1, sizeof *w);
+    if (w && !(w->path = dupstr(path))) {
+        free(w);
+        w = NULL;
+    }
+    if (!w) fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
+    return w;
+}
+
+void st_writer_free(st_writer *w) {
+    if (!w) return;
+    for (int i = 0; i < w->n; i++) free(w->e[i].name);
+    for (int i = 0; i < 2 * w->nmeta; i++) free(w->meta[i]);
+    free(w->e);
+    free(w->meta);
+    free(w->path);
+    free(w);
+}
+
+fsdp_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int ndim,
+                          const int64_t *shape, const void *data) {
+    FSDP_ASSERT(w && name);
+    size_t len = strlen(name);
+    if (len == 0 || len >= ST_NAME_MAX || !strcmp(name, "__metadata__"))
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: invalid tensor name '%.64s' (empty, reserved or "
+                          "longer than %d bytes)", w->path, name, ST_NAME_MAX - 1);
+    if ((unsigned)dtype >= ST_NDTYPES || ndim < 0 || ndim > ST_MAX_DIMS)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d or ndim %d", w->path,
+                          name, (int)dtype, ndim);
+    uint64_t numel = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has negative dimension %lld",
+                              w->path, name, (long long)shape[i]);
+        numel *= (uint64_t)shape[i];
+    }
+    if (numel && !data)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has no data", w->path, name);
+    for (int i = 0; i < w->n; i++)
+        if (!strcmp(w->e[i].name, name))
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: duplicate tensor '%s'", w->path, name);
+    st_wentry *grown = grow(w->e, &w->cap, w->n + 1, sizeof *grown);
+    char *copy = dupstr(name);
+    if (grown) w->e = grown;
+    if (!grown || !copy) {
+        free(copy);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    st_wentry *e = &w->e[w->n++];
+    *e = (st_wentry){.name = copy, .dtype = dtype, .ndim = ndim, .data = data};
+    for (int i = 0; i < ndim; i++) e->shape[i] = shape[i];
+    e->bytes = numel * st_dtype_size(dtype);
+    return FSDP_OK;
+}
+
+fsdp_status st_writer_add_metadata(st_writer *w, const char *key, const char *value) {
+    FSDP_ASSERT(w && key && value);
+    for (int i = 0; i < w->nmeta; i++)
+        if (!strcmp(w->meta[2 * i], key))
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: duplicate metadata key '%.64s'", w->path, key);
+    char **m = grow(w->meta, &w->metacap, 2 * w->nmeta + 2, sizeof *m);
+    if (m) w->meta = m;
+    char *k = dupstr(key), *v = dupstr(value);
+    if (!m || !k || !v) {
+        free(k);
+        free(v);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    w->meta[2 * w->nmeta] = k;
+    w->meta[2 * w->nmeta++ + 1] = v;
+    return FSDP_OK;
+}
+
+// Writes s to fp as a quoted, escaped JSON string.
+static void put_json_str(FILE *fp, const char *s) {
+    fputc('"', fp);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(fp, "\\%c", c);
+        else if (c < 0x20) fprintf(fp, "\\u%04x", c);
+        else fputc(c, fp);
+    }
+    fputc('"', fp);
+}
+
+// Builds the JSON header into a malloc'd *out of *len bytes (free it even on failure), padded
+// with spaces so that 8 + *len is a multiple of 8 and the data section stays aligned.
+// Returns 0 when out of memory.
+static int build_header(const st_writer *w, char **out, size_t *len) {
+    FILE *fp = open_memstream(out, len);
+    if (!fp) return 0;
+    fputs(w->nmeta ? "{\"__metadata__\":{" : "{", fp);
+    for (int i = 0; i < w->nmeta; i++) {
+        if (i) fputc(',', fp);
+        put_json_str(fp, w->meta[2 * i]);
+        fputc(':', fp);
+        put_json_str(fp, w->meta[2 * i + 1]);
+    }
+    if (w->nmeta) fputc('}', fp);
+    uint64_t off = 0;
+    for (int i = 0; i < w->n; i++) {
+        const st_wentry *e = &w->e[i];
+        if (i || w->nmeta) fputc(',', fp);
+        put_json_str(fp, e->name);
+        fprintf(fp, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(e->dtype));
+        for (int d = 0; d < e->ndim; d++) fprintf(fp, "%s%" PRId64, d ? "," : "", e->shape[d]);
+        fprintf(fp, "],\"data_offsets\":[%" PRIu64 ",%" PRIu64 "]}", off, off + e->bytes);
+        off += e->bytes;
+    }
+    fputc('}', fp);
+    int ok = fflush(fp) == 0;  // makes *len current
+    if (ok) fprintf(fp, "%*s", (int)((8 - *len % 8) % 8), "");
+    ok = !ferror(fp) && ok;
+    return fclose(fp) == 0 && ok;
+}
+
+// fsyncs the directory holding path so that the rename is durable (best effort).
+static void fsync_parent_dir(const char *path) {
+    char *dir = dupstr(path);
+    if (!dir) return;
+    char *slash = strrchr(dir, '/');
+    if (slash) slash[slash == dir] = 0;  // "/x" -> "/", "a/b/x" -> "a/b"
+    int fd = open(slash ? dir : ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    free(dir);
+}
+
+// Writes the whole file to tmp, fsyncs it and renames it over w->path; removes tmp on failure.
+static fsdp_status commit_impl(const st_writer *w, const char *tmp) {
+    char *hdr = NULL;
+    size_t hlen = 0;
+    if (!build_header(w, &hdr, &hlen)) {
+        free(hdr);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory building the header", w->path);
+    }
+    FILE *fp = fopen(tmp, "wb");
+    if (!fp) {
+        int err = errno;
+        free(hdr);
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot create %s: %s", w->path, tmp, strerror(err));
+    }
+    unsigned char lenbuf[8];
+    for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    int ok = fwrite(lenbuf, 1, 8, fp) == 8 && fwrite(hdr, 1, hlen, fp) == hlen;
+    for (int i = 0; ok && i < w->n; i++)
+        ok = w->e[i].bytes == 0 || fwrite(w->e[i].data, 1, w->e[i].bytes, fp) == w->e[i].bytes;
+    ok = ok && fflush(fp) == 0 && fsync(fileno(fp)) == 0;
+    int err = ok ? 0 : errno;
+    if (fclose(fp) != 0 && ok) {
+        ok = 0;
+        err = errno;
+    }
+    free(hdr);
+    const char *what = ok ? "cannot rename the temporary file over it" : "write failed";
+    if (ok && rename(tmp, w->path) == 0) {
+        fsync_parent_dir(w->path);
+        return FSDP_OK;
+    }
+    if (ok) err = errno;
+    unlink(tmp);  // unlink, not remove: never delete a directory someone else put there
+    return fsdp_error(FSDP_ERR_IO, "%s: %s: %s", w->path, what, strerror(err ? err : EIO));
+}
+
+// Writes the file atomically (tmp + fsync + rename) and frees w whatever happens.
+fsdp_status st_writer_commit(st_writer *w) {
+    FSDP_ASSERT(w);
+    size_t cap = strlen(w->path) + 32;
+    char *tmp = malloc(cap);
+    fsdp_status s;
+    if (!tmp) {
+        s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", w->path);
+    } else {
+        snprintf(tmp, cap, "%s.tmp.%ld", w->path, (long)getpid());
+        s = commit_impl(w, tmp);
+    }
+    free(tmp);
+    st_writer_free(w);
+    return s;
+}

@@ -1,0 +1,114 @@
+// cli_args.c: flag parsing with range checks and one-line errors.
+#include "cli/cli_args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void print_help(const char *prog, const char *summary, const cli_arg *args, int nargs) {
+    printf("usage: %s [flags]\n%s\n\nflags:\n", prog, summary);
+    for (int i = 0; i < nargs; i++) {
+        const cli_arg *a = &args[i];
+        char def[64] = "";
+        switch (a->type) {
+        case ARG_INT: snprintf(def, sizeof def, " (default %d)", *(int *)a->target); break;
+        case ARG_FLOAT: snprintf(def, sizeof def, " (default %g)", (double)*(float *)a->target); break;
+        case ARG_STRING:
+            if (*(const char **)a->target) snprintf(def, sizeof def, " (default %s)", *(const char **)a->target);
+            break;
+        case ARG_BOOL: break;
+        case ARG_CHOICE: {
+            int idx = *(int *)a->target;
+            const char *c = a->choices;
+            for (int k = 0; k < idx && c; k++) c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL;
+            if (c) snprintf(def, sizeof def, " (default %.*s)", (int)strcspn(c, "|"), c);
+            break;
+        }
+        }
+        const char *meta = a->type == ARG_BOOL ? "" : a->type == ARG_CHOICE ? " {choice}" :
+                           a->type == ARG_STRING ? " VALUE" : " N";
+        printf("  %s%s%s\n      %s%s%s\n", a->name, meta, "", a->help, def,
+               a->type == ARG_CHOICE ? "" : "");
+        if (a->type == ARG_CHOICE) printf("      one of: %s\n", a->choices);
+    }
+}
+
+static int choice_index(const char *choices, const char *value) {
+    int idx = 0;
+    for (const char *c = choices; c; idx++) {
+        size_t len = strcspn(c, "|");
+        if (strlen(value) == len && strncmp(c, value, len) == 0) return idx;
+        c = c[len] ? c + len + 1 : NULL;
+    }
+    return -1;
+}
+
+int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
+            print_help(prog, summary, args, nargs);
+            return 1;
+        }
+        cli_arg *a = NULL;
+        for (int k = 0; k < nargs; k++)
+            if (strcmp(args[k].name, flag) == 0) a = &args[k];
+        if (!a) {
+            fprintf(stderr, "%s: unknown flag '%s' (see --help)\n", prog, flag);
+            return -1;
+        }
+        if (a->type == ARG_BOOL) {
+            *(int *)a->target = 1;
+            continue;
+        }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "%s: %s: missing value\n", prog, flag);
+            return -1;
+        }
+        const char *value = argv[++i];
+        char *end = NULL;
+        errno = 0;
+        switch (a->type) {
+        case ARG_INT: {
+            long v = strtol(value, &end, 10);
+            if (!*value || *end || errno || (a->min <= a->max && (v < a->min || v > a->max))) {
+                fprintf(stderr, "%s: %s: expected an integer in [%.0f, %.0f], got '%s'\n", prog, flag,
+                        a->min, a->max, value);
+                return -1;
+            }
+            *(int *)a->target = (int)v;
+            break;
+        }
+        case ARG_FLOAT: {
+            double v = strtod(value, &end);
+            if (!*value || *end || errno || !isfinite(v) || (a->min <= a->max && (v < a->min || v > a->max))) {
+                fprintf(stderr, "%s: %s: expected a number in [%g, %g], got '%s'\n", prog, flag, a->min,
+                        a->max, value);
+                return -1;
+            }
+            *(float *)a->target = (float)v;
+            break;
+        }
+        case ARG_STRING:
+            if (!*value) {
+                fprintf(stderr, "%s: %s: expected a non-empty value\n", prog, flag);
+                return -1;
+            }
+            *(const char **)a->target = value;
+            break;
+        case ARG_CHOICE: {
+            int idx = choice_index(a->choices, value);
+            if (idx < 0) {
+                fprintf(stderr, "%s: %s: expected one of %s, got '%s'\n", prog, flag, a->choices, value);
+                return -1;
+            }
+            *(int *)a->target = idx;
+            break;
+        }
+        case ARG_BOOL: break;
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,38 @@
+// cpu_kernels.h: the CPU implementations behind fsdp_kernels_cpu(); see kernels.h for contracts.
+#pragma once
+#include <omp.h>
+
+#include "kernels/kernels.h"
+
+static inline int omp_get_num_threads_safe(void) { return omp_get_num_threads(); }
+static inline int omp_get_thread_num_safe(void) { return omp_get_thread_num(); }
+
+void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+                           const float *weight, const float *bias, int N, int C, float eps);
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
+                            const float *inp, const float *weight, const float *mean,
+                            const float *rstd, int N, int C);
+void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                            const fsdp_attention_dims *d);
+void cpu_relu_forward(float *out, const float *inp, size_t n);
+void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
+void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx);
+void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_rng rng);
+void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
+void cpu_add(float *out, const float *a, const float *b, size_t n);
+void cpu_add_inplace(float *acc, const float *b, size_t n);
+void cpu_scale(float *x, float s, size_t n);
+void cpu_bias_add(float *out, const float *bias, int N, int C);
+void cpu_bias_backward(float *dbias, const float *dout, int N, int C);
+void cpu_embedding_forward(float *out, const int32_t *idx, const float *table, int N, int C, int accumulate);
+void cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, int N, int C);
+double cpu_cross_entropy_forward(float *losses, float *probs, const float *logits,
+                                 const int32_t *targets, int N, int V);
+void cpu_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+                                float dloss, int N, int V);
+void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, float step_size,
+                      float bias2_sqrt);
+double cpu_sum_squares(const float *x, size_t n);

@@ -1,0 +1,35 @@
+// table.c: the CPU kernel table and the device lookup.
+#include "kernels/cpu/cpu_kernels.h"
+
+static const fsdp_kernels cpu_table = {
+    .name = "cpu",
+    .device = FSDP_DEV_CPU,
+    .gemm = cpu_gemm,
+    .layernorm_forward = cpu_layernorm_forward,
+    .layernorm_backward = cpu_layernorm_backward,
+    .attention_forward = cpu_attention_forward,
+    .attention_backward = cpu_attention_backward,
+    .relu_forward = cpu_relu_forward,
+    .relu_backward = cpu_relu_backward,
+    .gelu_forward = cpu_gelu_forward,
+    .gelu_backward = cpu_gelu_backward,
+    .dropout_forward = cpu_dropout_forward,
+    .dropout_backward = cpu_dropout_backward,
+    .add = cpu_add,
+    .add_inplace = cpu_add_inplace,
+    .scale = cpu_scale,
+    .bias_add = cpu_bias_add,
+    .bias_backward = cpu_bias_backward,
+    .embedding_forward = cpu_embedding_forward,
+    .embedding_backward = cpu_embedding_backward,
+    .cross_entropy_forward = cpu_cross_entropy_forward,
+    .cross_entropy_backward = cpu_cross_entropy_backward,
+    .adamw_update = cpu_adamw_update,
+    .sum_squares = cpu_sum_squares,
+};
+
+const fsdp_kernels *fsdp_kernels_cpu(void) { return &cpu_table; }
+
+const fsdp_kernels *fsdp_kernels_for(fsdp_device dev) {
+    return dev == FSDP_DEV_CPU ? &cpu_table : NULL;
+}

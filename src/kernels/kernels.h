@@ -1,0 +1,91 @@
+// kernels.h: the per-device kernel table. nn/, optim/ and fsdp/ call kernels only through this
+// table, so a CUDA table slots in beside the CPU one without a second implementation above it.
+//
+// Conventions (llm.c's): outputs first, then saved buffers, inputs, parameters, sizes.
+// Row-major everywhere. N = number of rows (tokens), C = channels. Parameter gradients are
+// ACCUMULATED (+=); activation gradients named `dinp` are OVERWRITTEN (=) unless the name says
+// `_acc`. Dropout masks are never stored: element i of a dropout call keeps its value iff
+// uniform(rng, i) >= p, so backward recomputes the same mask from the same rng.
+#pragma once
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "tensor/tensor.h"
+
+typedef struct {
+    int B, T, C, H;        // batch, sequence, channels, heads (C % H == 0)
+    int64_t stride_b;      // row of token (b, t) is b*stride_b + t*stride_t
+    int64_t stride_t;      // batch_first: (T, 1); seq-first (PyTorch default): (1, B)
+    int causal;            // mask future positions
+    float dropout_p;       // dropout on attention probabilities
+    fsdp_rng rng;          // dropout stream
+} fsdp_attention_dims;
+
+typedef struct fsdp_kernels {
+    const char *name;
+    fsdp_device device;
+
+    // C[M,N] = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T; leading dims in elements.
+    void (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
+
+    // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,)
+    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+                              const float *weight, const float *bias, int N, int C, float eps);
+    // dinp: (N, C) overwritten; dweight, dbias: (C,) accumulated
+    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+                               const float *inp, const float *weight, const float *mean,
+                               const float *rstd, int N, int C);
+
+    // qkv: rows of 3C (q | k | v); out: rows of C; att: (B, H, T, T) softmax probabilities
+    void (*attention_forward)(float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
+    // dqkv: rows of 3C, overwritten; dout: rows of C
+    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
+                               const fsdp_attention_dims *d);
+
+    // elementwise over n values; gelu: tanh_approx selects PyTorch's approximate='tanh'
+    void (*relu_forward)(float *out, const float *inp, size_t n);
+    void (*relu_backward)(float *dinp, const float *dout, const float *out, size_t n);
+    void (*gelu_forward)(float *out, const float *inp, size_t n, int tanh_approx);
+    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx);
+    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, fsdp_rng rng);
+    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
+
+    void (*add)(float *out, const float *a, const float *b, size_t n);  // out = a + b
+    void (*add_inplace)(float *acc, const float *b, size_t n);         // acc += b
+    void (*scale)(float *x, float s, size_t n);                        // x *= s
+    // out: (N, C) += bias (C,) broadcast over rows
+    void (*bias_add)(float *out, const float *bias, int N, int C);
+    // dbias: (C,) += column sums of dout (N, C)
+    void (*bias_backward)(float *dbias, const float *dout, int N, int C);
+
+    // out: (N, C) = table[idx[n]] (+= if accumulate); table: (V, C)
+    void (*embedding_forward)(float *out, const int32_t *idx, const float *table, int N, int C,
+                              int accumulate);
+    // dtable: (V, C) += scattered dout (N, C)
+    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *idx, int N, int C);
+
+    // logits: (N, V); probs: (N, V) softmax; losses: (N,); returns the mean loss over N rows
+    double (*cross_entropy_forward)(float *losses, float *probs, const float *logits,
+                                    const int32_t *targets, int N, int V);
+    // dlogits: (N, V) overwritten with (probs - onehot) * dloss
+    void (*cross_entropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
+                                   float dloss, int N, int V);
+
+    // One torch.optim.AdamW step on n contiguous values. param, grad, m, v: (n,).
+    // step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t) (computed by the caller in double).
+    void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+                         float beta1, float beta2, float eps, float weight_decay, float step_size,
+                         float bias2_sqrt);
+    // returns sum of squares of x (n,), accumulated in double
+    double (*sum_squares)(const float *x, size_t n);
+} fsdp_kernels;
+
+const fsdp_kernels *fsdp_kernels_cpu(void);
+const fsdp_kernels *fsdp_kernels_for(fsdp_device dev);  // NULL if the device has no table
+
+// The CPU kernels, also callable directly (tests, the table).
+void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+              const float *B, int ldb, float beta, float *C, int ldc);
+void cpu_gemm_init(void);  // pins OpenBLAS to one thread: the wrapper splits work over OpenMP itself

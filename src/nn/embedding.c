@@ -1,0 +1,19 @@
+// embedding.c: embedding lookup module.
+#include "nn/embedding.h"
+
+void nn_embedding_init(nn_embedding *e, nn_params *ps, const char *name, int V, int C, float std) {
+    int64_t shape[2] = {V, C};
+    e->weight = nn_params_add(ps, "", name, 2, shape, (nn_init){NN_INIT_NORMAL, std});
+    e->V = V;
+    e->C = C;
+}
+
+void nn_embedding_forward(const fsdp_kernels *k, const nn_embedding *e, float *out, const int32_t *idx,
+                          int N, int accumulate) {
+    k->embedding_forward(out, idx, e->weight->data, N, e->C, accumulate);
+}
+
+void nn_embedding_backward(const fsdp_kernels *k, const nn_embedding *e, const float *dout,
+                           const int32_t *idx, int N) {
+    k->embedding_backward(e->weight->grad, dout, idx, N, e->C);
+}

@@ -1,0 +1,123 @@
+// gpt2.c: GPT-2 forward (embeddings, pre-LN causal blocks, final LN, tied head, cross-entropy) and backward.
+#include "nn/gpt2.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+enum { GPT2_SITE_EMBD = 1 };
+
+fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg) {
+    memset(m, 0, sizeof *m);
+    if (cfg.n_embd % cfg.n_head)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "d_model %d is not divisible by heads %d", cfg.n_embd, cfg.n_head);
+    m->cfg = cfg;
+    int C = cfg.n_embd;
+    FSDP_CHECK(nn_params_create(&m->params, 12 * cfg.n_layer + 4));
+    nn_embedding_init(&m->wte, &m->params, "wte.weight", cfg.vocab_size, C, 0.02f);
+    nn_embedding_init(&m->wpe, &m->params, "wpe.weight", cfg.max_seq, C, 0.01f);
+    FSDP_CHECK(nn_sequential_create(&m->blocks, cfg.n_layer));
+    nn_block_config bc = {0};
+    bc.d_model = C;
+    bc.n_heads = cfg.n_head;
+    bc.d_ff = 4 * C;
+    bc.dropout = cfg.dropout;
+    bc.attn_dropout = cfg.dropout;
+    bc.activation = NN_ACT_GELU_TANH;
+    bc.norm_first = 1;
+    bc.causal = 1;
+    bc.batch_first = 1;
+    bc.ffn_dropout = 0;
+    bc.ln_eps = cfg.ln_eps;
+    float proj_std = 0.02f / sqrtf(2.0f * (float)cfg.n_layer);
+    for (int i = 0; i < cfg.n_layer; i++) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "h.%d.", i);
+        nn_block_init_gpt2(&m->blocks.blocks[i], &m->params, prefix, bc, i, 0.02f, proj_std);
+    }
+    nn_layernorm_init(&m->ln_f, &m->params, "ln_f.", C, cfg.ln_eps);
+    return FSDP_OK;
+}
+
+static void free_activations(nn_gpt2 *m) {
+    void *bufs[] = {m->idx, m->targets, m->emb, m->lnf_out, m->lnf_mean, m->lnf_rstd, m->logits,
+                    m->probs, m->losses, m->dx, m->demb};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fsdp_free(bufs[i]);
+    m->idx = m->targets = NULL;
+    m->emb = m->lnf_out = m->lnf_mean = m->lnf_rstd = m->logits = m->probs = m->losses = NULL;
+    m->dx = m->demb = NULL;
+    m->capacity_rows = 0;
+}
+
+void nn_gpt2_free(nn_gpt2 *m) {
+    free_activations(m);
+    nn_sequential_free(&m->blocks);
+    nn_params_destroy(&m->params);
+}
+
+static fsdp_status ensure_activations(nn_gpt2 *m, int B, int T) {
+    size_t N = (size_t)B * T;
+    m->B = B;
+    m->T = T;
+    if (N <= m->capacity_rows) return FSDP_OK;
+    free_activations(m);
+    size_t C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
+    m->idx = fsdp_alloc(N * sizeof(int32_t), FSDP_MEM_ACTIVATIONS);
+    m->targets = fsdp_alloc(N * sizeof(int32_t), FSDP_MEM_ACTIVATIONS);
+    struct { float **p; size_t n; } want[] = {
+        {&m->emb, N * C}, {&m->lnf_out, N * C}, {&m->lnf_mean, N}, {&m->lnf_rstd, N},
+        {&m->logits, N * V}, {&m->probs, N * V}, {&m->losses, N}, {&m->dx, N * C}, {&m->demb, N * C},
+    };
+    if (!m->idx || !m->targets) return FSDP_ERR_NOMEM;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        *want[i].p = fsdp_alloc(want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!*want[i].p) return FSDP_ERR_NOMEM;
+    }
+    m->capacity_rows = N;
+    return FSDP_OK;
+}
+
+fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, const int32_t *targets,
+                            int B, int T) {
+    if (T > m->cfg.max_seq)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "sequence length %d exceeds the model's %d positions", T, m->cfg.max_seq);
+    int N = B * T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    for (int n = 0; n < N; n++) {
+        if (idx[n] < 0 || idx[n] >= V || targets[n] < 0 || targets[n] >= V)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "token id at position %d is outside [0, %d)", n, V);
+    }
+    FSDP_CHECK(ensure_activations(m, B, T));
+    const fsdp_kernels *k = ctx->k;
+    memcpy(m->idx, idx, sizeof(int32_t) * (size_t)N);
+    memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
+    nn_embedding_forward(k, &m->wte, m->emb, idx, N, 0);
+    for (int b = 0; b < B; b++)  // positions 0..T-1 for every sequence
+        k->add_inplace(m->emb + (size_t)b * T * C, m->wpe.weight->data, (size_t)T * C);
+    k->dropout_forward(m->emb, m->emb, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
+                       nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
+    const float *x = NULL;
+    FSDP_CHECK(nn_sequential_forward(ctx, &m->blocks, m->emb, B, T, &x));
+    nn_layernorm_forward(k, &m->ln_f, m->lnf_out, m->lnf_mean, m->lnf_rstd, x, N);
+    k->gemm(0, 1, N, V, C, 1.0f, m->lnf_out, C, m->wte.weight->data, C, 0.0f, m->logits, V);
+    m->loss = k->cross_entropy_forward(m->losses, m->probs, m->logits, targets, N, V);
+    return FSDP_OK;
+}
+
+fsdp_status nn_gpt2_backward(const nn_ctx *ctx, nn_gpt2 *m, float dloss) {
+    const fsdp_kernels *k = ctx->k;
+    int B = m->B, T = m->T, N = B * T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
+    float *dlogits = m->logits;  // (N, V): logits are not needed any more
+    k->cross_entropy_backward(dlogits, m->probs, m->targets, dloss / (float)N, N, V);
+    k->gemm(0, 0, N, C, V, 1.0f, dlogits, V, m->wte.weight->data, C, 0.0f, m->dx, C);  // d lnf_out
+    k->gemm(1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
+    const float *x_last = m->blocks.count ? m->blocks.blocks[m->blocks.count - 1].out : m->emb;
+    nn_layernorm_backward(k, &m->ln_f, m->demb, m->dx, x_last, m->lnf_mean, m->lnf_rstd, N);
+    FSDP_CHECK(nn_sequential_backward(ctx, &m->blocks, m->demb, m->emb, m->dx));  // dx = d emb
+    k->dropout_backward(m->dx, m->dx, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
+                        nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
+    nn_embedding_backward(k, &m->wte, m->dx, m->idx, N);
+    for (int b = 0; b < B; b++) k->add_inplace(m->wpe.weight->grad, m->dx + (size_t)b * T * C, (size_t)T * C);
+    return FSDP_OK;
+}

@@ -1,0 +1,43 @@
+// gpt2.h: the GPT-2 language model with Hugging Face names and layouts: wte.weight (V, C),
+// wpe.weight (maxT, C), h.<i>.{ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc, mlp.c_proj}.*
+// (Conv1D weights stored (in, out)), ln_f.*; the LM head is tied to wte.
+#pragma once
+#include "nn/embedding.h"
+#include "nn/sequential.h"
+
+typedef struct {
+    int vocab_size;   // V
+    int max_seq;      // n_positions
+    int n_layer, n_head, n_embd;
+    float dropout;    // embedding, residual and attention dropout (HF: embd_pdrop = resid_pdrop = attn_pdrop)
+    float ln_eps;     // 1e-5
+} nn_gpt2_config;
+
+typedef struct {
+    nn_gpt2_config cfg;
+    nn_params params;
+    nn_embedding wte, wpe;
+    nn_sequential blocks;
+    nn_layernorm ln_f;
+    // activations of the last forward (N = B*T)
+    int B, T;
+    size_t capacity_rows;
+    int32_t *idx, *targets;  // (N,) copies
+    float *emb;              // (N, C) wte + wpe (after dropout)
+    float *lnf_out;          // (N, C)
+    float *lnf_mean, *lnf_rstd;  // (N,)
+    float *logits;           // (N, V); then overwritten by dlogits in backward
+    float *probs;            // (N, V)
+    float *losses;           // (N,)
+    float *dx;               // (N, C)
+    float *demb;             // (N, C)
+    double loss;
+} nn_gpt2;
+
+fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg);
+void nn_gpt2_free(nn_gpt2 *m);
+// idx, targets: (B, T) token ids in [0, V); returns the mean cross-entropy in m->loss
+fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, const int32_t *targets,
+                            int B, int T);
+// gradients of m->loss * dloss accumulated into the parameters' grads
+fsdp_status nn_gpt2_backward(const nn_ctx *ctx, nn_gpt2 *m, float dloss);

@@ -1,0 +1,43 @@
+// linear.c: Linear / Conv1D forward and backward through the kernel table's GEMM.
+#include "nn/linear.h"
+
+#include <math.h>
+#include <string.h>
+
+void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char *wname,
+                    const char *bname, int in, int out, int conv1d) {
+    float bound = 1.0f / sqrtf((float)in);
+    int64_t wshape[2] = {conv1d ? in : out, conv1d ? out : in};
+    int64_t bshape[1] = {out};
+    l->weight = nn_params_add(ps, prefix, wname, 2, wshape, (nn_init){NN_INIT_UNIFORM, bound});
+    l->bias = nn_params_add(ps, prefix, bname, 1, bshape, (nn_init){NN_INIT_UNIFORM, bound});
+    l->in = in;
+    l->out = out;
+    l->conv1d = conv1d;
+}
+
+void nn_linear_forward(const fsdp_kernels *k, const nn_linear *l, float *out, const float *inp, int N) {
+    // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * l->out, l->bias->data, sizeof(float) * (size_t)l->out);
+    if (l->conv1d)
+        k->gemm(0, 0, N, l->out, l->in, 1.0f, inp, l->in, l->weight->data, l->out, 1.0f, out, l->out);
+    else
+        k->gemm(0, 1, N, l->out, l->in, 1.0f, inp, l->in, l->weight->data, l->in, 1.0f, out, l->out);
+}
+
+void nn_linear_backward(const fsdp_kernels *k, const nn_linear *l, float *dinp, int accumulate_dinp,
+                        const float *dout, const float *inp, int N) {
+    if (dinp) {
+        float beta = accumulate_dinp ? 1.0f : 0.0f;
+        if (l->conv1d)
+            k->gemm(0, 1, N, l->in, l->out, 1.0f, dout, l->out, l->weight->data, l->out, beta, dinp, l->in);
+        else
+            k->gemm(0, 0, N, l->in, l->out, 1.0f, dout, l->out, l->weight->data, l->in, beta, dinp, l->in);
+    }
+    if (l->conv1d)  // dW (in, out) += inp^T dout
+        k->gemm(1, 0, l->in, l->out, N, 1.0f, inp, l->in, dout, l->out, 1.0f, l->weight->grad, l->out);
+    else            // dW (out, in) += dout^T inp
+        k->gemm(1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp, l->in, 1.0f, l->weight->grad, l->in);
+    k->bias_backward(l->bias->grad, dout, N, l->out);
+}

@@ -1,0 +1,21 @@
+// linear.h: torch.nn.Linear (weight (out, in)) and Hugging Face's Conv1D (weight (in, out)).
+#pragma once
+#include "kernels/kernels.h"
+#include "nn/param.h"
+
+typedef struct {
+    nn_param *weight;  // (out, in) for Linear; (in, out) when conv1d
+    nn_param *bias;    // (out,)
+    int in, out;
+    int conv1d;        // Hugging Face GPT-2 layout
+} nn_linear;
+
+// Registers "<prefix>weight" and "<prefix>bias" (or the given names). Init as torch.nn.Linear
+// (U(+-1/sqrt(in)) for both) unless the caller overrides p->init afterwards.
+void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char *wname,
+                    const char *bname, int in, int out, int conv1d);
+// out: (N, out) = inp (N, in) @ W^T + b
+void nn_linear_forward(const fsdp_kernels *k, const nn_linear *l, float *out, const float *inp, int N);
+// dW, db += ...; dinp (N, in) = dout @ W (+= when accumulate_dinp); dinp may be NULL
+void nn_linear_backward(const fsdp_kernels *k, const nn_linear *l, float *dinp, int accumulate_dinp,
+                        const float *dout, const float *inp, int N);

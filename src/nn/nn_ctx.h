@@ -1,0 +1,23 @@
+// nn_ctx.h: what every forward/backward call receives: the kernel table, train/eval mode, and the
+// coordinates that make dropout masks reproducible (seed, step, micro-batch) on any rank count.
+#pragma once
+#include <stdint.h>
+
+#include "core/rng.h"
+#include "kernels/kernels.h"
+
+typedef struct {
+    const fsdp_kernels *k;
+    int training;           // dropout active only when training
+    uint64_t seed;          // --seed
+    uint64_t step;          // optimizer step (and micro-batch) counter: new masks every step
+    uint64_t sample_offset; // global index of this rank's first sample, so masks do not depend on world size
+} nn_ctx;
+
+// A dropout stream for (module index, site) at the context's step.
+static inline fsdp_rng nn_dropout_rng(const nn_ctx *ctx, int module_index, int site) {
+    uint64_t s = (uint64_t)module_index * 0x9E3779B97F4A7C15ull ^ ((uint64_t)site << 56) ^
+                 (ctx->step * 0xD1B54A32D192ED03ull);
+    fsdp_rng rng = {ctx->seed ^ 0x5DEECE66Dull, s};
+    return rng;
+}

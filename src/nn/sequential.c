@@ -1,0 +1,85 @@
+// sequential.c: runs blocks in order (forward) and in reverse (backward), calling the hooks around each.
+#include "nn/sequential.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+
+fsdp_status nn_sequential_create(nn_sequential *s, int count) {
+    memset(s, 0, sizeof *s);
+    s->blocks = calloc((size_t)count, sizeof(nn_block));
+    if (!s->blocks) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for %d blocks", count);
+    s->count = count;
+    return FSDP_OK;
+}
+
+void nn_sequential_free(nn_sequential *s) {
+    for (int i = 0; i < s->count; i++) nn_block_free(&s->blocks[i]);
+    free(s->blocks);
+    fsdp_free(s->grad_a);
+    fsdp_free(s->grad_b);
+    fsdp_free(s->scratch);
+    memset(s, 0, sizeof *s);
+}
+
+#define CALL_HOOK(s, fn, i)                                      \
+    do {                                                         \
+        if ((s)->hooks && (s)->hooks->fn)                        \
+            FSDP_CHECK((s)->hooks->fn((s)->hooks->user, (i)));   \
+    } while (0)
+
+fsdp_status nn_sequential_forward(const nn_ctx *ctx, nn_sequential *s, const float *inp, int B, int T,
+                                  const float **out) {
+    const float *x = inp;
+    for (int i = 0; i < s->count; i++) {
+        CALL_HOOK(s, pre_forward, i);
+        FSDP_CHECK(nn_block_forward(ctx, &s->blocks[i], x, B, T));
+        CALL_HOOK(s, post_forward, i);
+        x = s->blocks[i].out;
+    }
+    *out = x;
+    return FSDP_OK;
+}
+
+static fsdp_status ensure_backward_buffers(nn_sequential *s, size_t grad_floats, size_t scratch_floats) {
+    if (grad_floats > s->grad_floats) {
+        fsdp_free(s->grad_a);
+        fsdp_free(s->grad_b);
+        s->grad_a = fsdp_alloc(grad_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        s->grad_b = fsdp_alloc(grad_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!s->grad_a || !s->grad_b) return FSDP_ERR_NOMEM;
+        s->grad_floats = grad_floats;
+    }
+    if (scratch_floats > s->scratch_floats) {
+        fsdp_free(s->scratch);
+        s->scratch = fsdp_alloc(scratch_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!s->scratch) return FSDP_ERR_NOMEM;
+        s->scratch_floats = scratch_floats;
+    }
+    return FSDP_OK;
+}
+
+fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const float *dout, const float *inp,
+                                   float *dinp) {
+    if (s->count == 0) return FSDP_OK;
+    const nn_block *first = &s->blocks[0];
+    int B = first->B, T = first->T;
+    size_t NC = (size_t)B * T * first->cfg.d_model;
+    size_t scratch = 0;
+    for (int i = 0; i < s->count; i++) {
+        size_t need = nn_block_scratch_floats(&s->blocks[i].cfg, B, T);
+        scratch = need > scratch ? need : scratch;
+    }
+    FSDP_CHECK(ensure_backward_buffers(s, NC, scratch));
+    const float *g = dout;
+    for (int i = s->count - 1; i >= 0; i--) {
+        CALL_HOOK(s, pre_backward, i);
+        float *target = (i == 0 && dinp) ? dinp : ((g == s->grad_a) ? s->grad_b : s->grad_a);
+        const float *x = i == 0 ? inp : s->blocks[i - 1].out;
+        nn_block_backward(ctx, &s->blocks[i], target, g, x, s->scratch);
+        CALL_HOOK(s, post_backward, i);
+        g = target;
+    }
+    return FSDP_OK;
+}

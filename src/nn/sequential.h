@@ -1,0 +1,32 @@
+// sequential.h: torch.nn.Sequential of transformer blocks, with per-block hooks. The hooks are where
+// FSDP's unit lifecycle (unshard before forward/backward, reshard and reduce-scatter after) attaches.
+#pragma once
+#include "nn/transformer_block.h"
+
+typedef struct {
+    void *user;
+    // each may be NULL; `block` is the index into the Sequential
+    fsdp_status (*pre_forward)(void *user, int block);
+    fsdp_status (*post_forward)(void *user, int block);
+    fsdp_status (*pre_backward)(void *user, int block);
+    fsdp_status (*post_backward)(void *user, int block);
+} nn_hooks;
+
+typedef struct {
+    int count;
+    nn_block *blocks;  // (count,)
+    const nn_hooks *hooks;  // may be NULL
+    // backward ping-pong buffers and shared scratch, sized on first backward
+    float *grad_a, *grad_b;  // (N, C)
+    float *scratch;          // nn_block_scratch_floats
+    size_t grad_floats, scratch_floats;
+} nn_sequential;
+
+fsdp_status nn_sequential_create(nn_sequential *s, int count);
+void nn_sequential_free(nn_sequential *s);
+// inp: (N, C); returns the last block's output (N, C) through *out
+fsdp_status nn_sequential_forward(const nn_ctx *ctx, nn_sequential *s, const float *inp, int B, int T,
+                                  const float **out);
+// dout: (N, C) gradient of the output; dinp: (N, C) written (may be NULL when not needed)
+fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const float *dout, const float *inp,
+                                   float *dinp);

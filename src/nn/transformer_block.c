@@ -1,0 +1,222 @@
+// transformer_block.c: forward and backward of one transformer block (encoder layer or GPT-2 block).
+#include "nn/transformer_block.h"
+
+#include <string.h>
+
+#include "core/alloc.h"
+
+enum { SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_FFN_INNER = 3, SITE_FFN_OUT = 4 };
+
+nn_block_config nn_encoder_layer_defaults(int d_model, int n_heads) {
+    nn_block_config c = {0};
+    c.d_model = d_model;
+    c.n_heads = n_heads;
+    c.d_ff = 2048;
+    c.dropout = 0.1f;
+    c.attn_dropout = 0.1f;
+    c.activation = NN_ACT_RELU;
+    c.ffn_dropout = 1;
+    c.ln_eps = 1e-5f;
+    return c;
+}
+
+void nn_block_init_encoder(nn_block *blk, nn_params *ps, const char *prefix, nn_block_config cfg, int index) {
+    memset(blk, 0, sizeof *blk);
+    blk->cfg = cfg;
+    blk->index = index;
+    char p[NN_NAME_MAX + 16];
+    snprintf(p, sizeof p, "%sself_attn.", prefix);
+    nn_mha_init_torch(&blk->attn, ps, p, cfg.d_model, cfg.n_heads, cfg.causal, cfg.attn_dropout);
+    snprintf(p, sizeof p, "%slinear1.", prefix);
+    nn_linear_init(&blk->fc1, ps, p, "weight", "bias", cfg.d_model, cfg.d_ff, 0);
+    snprintf(p, sizeof p, "%slinear2.", prefix);
+    nn_linear_init(&blk->fc2, ps, p, "weight", "bias", cfg.d_ff, cfg.d_model, 0);
+    snprintf(p, sizeof p, "%snorm1.", prefix);
+    nn_layernorm_init(&blk->norm1, ps, p, cfg.d_model, cfg.ln_eps);
+    snprintf(p, sizeof p, "%snorm2.", prefix);
+    nn_layernorm_init(&blk->norm2, ps, p, cfg.d_model, cfg.ln_eps);
+}
+
+void nn_block_init_gpt2(nn_block *blk, nn_params *ps, const char *prefix, nn_block_config cfg, int index,
+                        float init_std, float proj_std) {
+    memset(blk, 0, sizeof *blk);
+    blk->cfg = cfg;
+    blk->index = index;
+    char p[NN_NAME_MAX + 16];
+    snprintf(p, sizeof p, "%sln_1.", prefix);
+    nn_layernorm_init(&blk->norm1, ps, p, cfg.d_model, cfg.ln_eps);
+    snprintf(p, sizeof p, "%sattn.", prefix);
+    nn_mha_init_gpt2(&blk->attn, ps, p, cfg.d_model, cfg.n_heads, cfg.attn_dropout, init_std, proj_std);
+    snprintf(p, sizeof p, "%sln_2.", prefix);
+    nn_layernorm_init(&blk->norm2, ps, p, cfg.d_model, cfg.ln_eps);
+    snprintf(p, sizeof p, "%smlp.c_fc.", prefix);
+    nn_linear_init(&blk->fc1, ps, p, "weight", "bias", cfg.d_model, cfg.d_ff, 1);
+    snprintf(p, sizeof p, "%smlp.c_proj.", prefix);
+    nn_linear_init(&blk->fc2, ps, p, "weight", "bias", cfg.d_ff, cfg.d_model, 1);
+    blk->fc1.weight->init = (nn_init){NN_INIT_NORMAL, init_std};
+    blk->fc2.weight->init = (nn_init){NN_INIT_NORMAL, proj_std};
+    blk->fc1.bias->init = blk->fc2.bias->init = (nn_init){NN_INIT_ZEROS, 0};
+}
+
+void nn_block_free(nn_block *blk) {
+    float **bufs[] = {&blk->ln1_out, &blk->ln1_mean, &blk->ln1_rstd, &blk->qkv, &blk->att,
+                      &blk->attn_ctx, &blk->attn_out, &blk->r1, &blk->ln2_out, &blk->ln2_mean,
+                      &blk->ln2_rstd, &blk->f1, &blk->act, &blk->f2, &blk->r2, &blk->out};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        fsdp_free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    blk->capacity_rows = 0;
+    blk->capacity_att = 0;
+}
+
+static fsdp_status ensure_buffers(nn_block *blk, int B, int T) {
+    size_t N = (size_t)B * T, C = (size_t)blk->cfg.d_model, F = (size_t)blk->cfg.d_ff;
+    size_t H = (size_t)blk->cfg.n_heads;
+    size_t att_floats = (size_t)B * H * T * T;
+    if (N <= blk->capacity_rows && att_floats <= blk->capacity_att) {
+        blk->B = B;
+        blk->T = T;
+        return FSDP_OK;
+    }
+    nn_block_free(blk);
+    struct { float **p; size_t n; } want[] = {
+        {&blk->ln1_out, N * C}, {&blk->ln1_mean, N}, {&blk->ln1_rstd, N}, {&blk->qkv, N * 3 * C},
+        {&blk->att, att_floats}, {&blk->attn_ctx, N * C}, {&blk->attn_out, N * C}, {&blk->r1, N * C},
+        {&blk->ln2_out, N * C}, {&blk->ln2_mean, N}, {&blk->ln2_rstd, N}, {&blk->f1, N * F},
+        {&blk->act, N * F}, {&blk->f2, N * C}, {&blk->r2, N * C}, {&blk->out, N * C},
+    };
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        *want[i].p = fsdp_alloc(want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!*want[i].p) return FSDP_ERR_NOMEM;
+    }
+    blk->capacity_rows = N;
+    blk->capacity_att = att_floats;
+    blk->B = B;
+    blk->T = T;
+    return FSDP_OK;
+}
+
+size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T) {
+    size_t N = (size_t)B * T, C = (size_t)cfg->d_model, F = (size_t)cfg->d_ff;
+    return N * (4 * C + 3 * C + F);
+}
+
+static fsdp_attention_dims attention_dims(const nn_ctx *ctx, const nn_block *blk) {
+    fsdp_attention_dims d;
+    d.B = blk->B;
+    d.T = blk->T;
+    d.C = blk->cfg.d_model;
+    d.H = blk->cfg.n_heads;
+    d.stride_b = blk->cfg.batch_first ? blk->T : 1;
+    d.stride_t = blk->cfg.batch_first ? 1 : blk->B;
+    d.causal = blk->cfg.causal;
+    d.dropout_p = ctx->training ? blk->cfg.attn_dropout : 0.0f;
+    d.rng = nn_dropout_rng(ctx, blk->index, SITE_ATTN_PROBS);
+    return d;
+}
+
+static float site_p(const nn_ctx *ctx, float p) { return ctx->training ? p : 0.0f; }
+
+static void activation_forward(const fsdp_kernels *k, nn_activation a, float *out, const float *inp, size_t n) {
+    if (a == NN_ACT_RELU) k->relu_forward(out, inp, n);
+    else k->gelu_forward(out, inp, n, a == NN_ACT_GELU_TANH);
+}
+
+// dinp may alias dout; inp is the activation's input (relu: f1 > 0 iff relu(f1) > 0)
+static void activation_backward(const fsdp_kernels *k, nn_activation a, float *dinp, const float *dout,
+                                const float *inp, size_t n) {
+    if (a == NN_ACT_RELU) k->relu_backward(dinp, dout, inp, n);
+    else k->gelu_backward(dinp, dout, inp, n, a == NN_ACT_GELU_TANH);
+}
+
+// fc1 -> activation -> (dropout) -> fc2 -> dropout; inp (N, C) -> blk->f2 (N, C)
+static void ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int N) {
+    const fsdp_kernels *k = ctx->k;
+    size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
+    nn_linear_forward(k, &blk->fc1, blk->f1, inp, N);
+    activation_forward(k, blk->cfg.activation, blk->act, blk->f1, NF);
+    if (blk->cfg.ffn_dropout)
+        k->dropout_forward(blk->act, blk->act, NF, site_p(ctx, blk->cfg.dropout),
+                           nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
+    nn_linear_forward(k, &blk->fc2, blk->f2, blk->act, N);
+    k->dropout_forward(blk->f2, blk->f2, NC, site_p(ctx, blk->cfg.dropout),
+                       nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
+}
+
+// d_ffn_out (N, C) -> dinp (N, C) accumulated into; sf: (N, F) scratch; sc: (N, C) scratch
+static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *d_ffn_out,
+                         const float *inp, float *sf, float *sc, int N) {
+    const fsdp_kernels *k = ctx->k;
+    size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
+    k->dropout_backward(sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
+                        nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
+    nn_linear_backward(k, &blk->fc2, sf, 0, sc, blk->act, N);
+    if (blk->cfg.ffn_dropout)
+        k->dropout_backward(sf, sf, NF, site_p(ctx, blk->cfg.dropout),
+                            nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
+    activation_backward(k, blk->cfg.activation, sf, sf, blk->f1, NF);
+    nn_linear_backward(k, &blk->fc1, dinp, 1, sf, inp, N);
+}
+
+fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T) {
+    FSDP_CHECK(ensure_buffers(blk, B, T));
+    const fsdp_kernels *k = ctx->k;
+    int N = B * T;
+    size_t NC = (size_t)N * blk->cfg.d_model;
+    fsdp_attention_dims dims = attention_dims(ctx, blk);
+    const float *attn_in = inp;
+    if (blk->cfg.norm_first) {
+        nn_layernorm_forward(k, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp, N);
+        attn_in = blk->ln1_out;
+    }
+    nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, attn_in);
+    k->dropout_forward(blk->attn_out, blk->attn_out, NC, site_p(ctx, blk->cfg.dropout),
+                       nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT));
+    k->add(blk->r1, inp, blk->attn_out, NC);
+    if (blk->cfg.norm_first) {
+        nn_layernorm_forward(k, &blk->norm2, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, blk->r1, N);
+        ffn_forward(ctx, blk, blk->ln2_out, N);
+        k->add(blk->out, blk->r1, blk->f2, NC);
+    } else {
+        nn_layernorm_forward(k, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, blk->r1, N);
+        ffn_forward(ctx, blk, blk->ln1_out, N);
+        k->add(blk->r2, blk->ln1_out, blk->f2, NC);
+        nn_layernorm_forward(k, &blk->norm2, blk->out, blk->ln2_mean, blk->ln2_rstd, blk->r2, N);
+    }
+    return FSDP_OK;
+}
+
+void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *dout, const float *inp,
+                       float *scratch) {
+    const fsdp_kernels *k = ctx->k;
+    int N = blk->B * blk->T;
+    size_t NC = (size_t)N * blk->cfg.d_model;
+    float *d1 = scratch, *s2 = d1 + NC, *s3 = s2 + NC, *s4 = s3 + NC;  // (N, C) each
+    float *s3c = s4 + NC;                                                // (N, 3C)
+    float *sf = s3c + 3 * NC;                                            // (N, F)
+    fsdp_attention_dims dims = attention_dims(ctx, blk);
+    float p_out = site_p(ctx, blk->cfg.dropout);
+    fsdp_rng rng_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
+    if (blk->cfg.norm_first) {
+        // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x))
+        memset(s2, 0, NC * sizeof(float));
+        ffn_backward(ctx, blk, s2, dout, blk->ln2_out, sf, s3, N);           // s2 = d ln2_out
+        nn_layernorm_backward(k, &blk->norm2, s3, s2, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);
+        k->add(d1, dout, s3, NC);                                             // d1 = d r1
+        k->dropout_backward(s2, d1, NC, p_out, rng_out);                      // s2 = d attn_out
+        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, s2, blk->ln1_out, blk->qkv, blk->att,
+                        blk->attn_ctx, s3, s3c);                              // s4 = d ln1_out
+        nn_layernorm_backward(k, &blk->norm1, dinp, s4, inp, blk->ln1_mean, blk->ln1_rstd, N);
+        k->add_inplace(dinp, d1, NC);
+    } else {
+        // r1 = x + attn(x); h1 = norm1(r1); out = norm2(h1 + ffn(h1))
+        nn_layernorm_backward(k, &blk->norm2, d1, dout, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
+        ffn_backward(ctx, blk, d1, d1, blk->ln1_out, sf, s2, N);             // d1 = d h1 (residual + ffn)
+        nn_layernorm_backward(k, &blk->norm1, s2, d1, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // s2 = d r1
+        k->dropout_backward(s3, s2, NC, p_out, rng_out);                      // s3 = d attn_out
+        nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, s3, inp, blk->qkv, blk->att, blk->attn_ctx,
+                        s4, s3c);
+        k->add_inplace(dinp, s2, NC);
+    }
+}

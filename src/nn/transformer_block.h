@@ -1,0 +1,65 @@
+// transformer_block.h: one transformer block, in the two forms we ship:
+//  - torch.nn.TransformerEncoderLayer (post-LN by default or norm_first; relu or gelu; dropout after
+//    attention, inside the FFN and after it; optional causal mask; seq-first or batch_first), and
+//  - the Hugging Face GPT-2 block (pre-LN, causal, tanh-GELU, Conv1D weights, no dropout inside the MLP).
+// The block owns its activation buffers for the (B, T) of the last forward; the caller owns scratch.
+#pragma once
+#include "nn/attention.h"
+#include "nn/layernorm.h"
+
+typedef enum { NN_ACT_RELU, NN_ACT_GELU, NN_ACT_GELU_TANH } nn_activation;
+
+typedef struct {
+    int d_model, n_heads, d_ff;
+    float dropout;       // residual-branch dropouts (and the FFN's inner one when ffn_dropout)
+    float attn_dropout;  // on attention probabilities
+    nn_activation activation;
+    int norm_first;      // pre-LN
+    int causal;
+    int batch_first;     // rows are (b, t) when set, (t, b) otherwise
+    int ffn_dropout;     // dropout between activation and the second linear (torch: yes, GPT-2: no)
+    float ln_eps;
+} nn_block_config;
+
+typedef struct {
+    nn_block_config cfg;
+    int index;  // position in the model: dropout streams and debug names
+    nn_layernorm norm1, norm2;
+    nn_mha attn;
+    nn_linear fc1, fc2;
+    // activations for the last forward; N = B*T rows
+    int B, T;
+    size_t capacity_rows, capacity_att;  // allocated sizes of the row buffers and of att
+    float *ln1_out;        // (N, C) norm1 output (post-LN: of r1; pre-LN: of x)
+    float *ln1_mean, *ln1_rstd;  // (N,)
+    float *qkv;            // (N, 3C)
+    float *att;            // (B, H, T, T)
+    float *attn_ctx;       // (N, C) attention output before out_proj
+    float *attn_out;       // (N, C) out_proj output after dropout
+    float *r1;             // (N, C) x + attn_out
+    float *ln2_out;        // (N, C) pre-LN only: norm2(r1)
+    float *ln2_mean, *ln2_rstd;  // (N,)
+    float *f1;             // (N, F) fc1 output
+    float *act;            // (N, F) activation output after dropout
+    float *f2;             // (N, C) fc2 output after dropout
+    float *r2;             // (N, C) post-LN only: ln1_out + f2
+    float *out;            // (N, C) block output
+} nn_block;
+
+nn_block_config nn_encoder_layer_defaults(int d_model, int n_heads);  // torch defaults
+
+// Registers parameters with TransformerEncoderLayer names under prefix ("0." ...).
+void nn_block_init_encoder(nn_block *blk, nn_params *ps, const char *prefix, nn_block_config cfg, int index);
+// Registers parameters with GPT-2 names under prefix ("h.0." ...); proj_std scales c_proj inits.
+void nn_block_init_gpt2(nn_block *blk, nn_params *ps, const char *prefix, nn_block_config cfg, int index,
+                        float init_std, float proj_std);
+void nn_block_free(nn_block *blk);
+
+// Floats of caller-provided scratch that backward needs for B*T rows.
+size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T);
+
+// inp: (N, C); result in blk->out (N, C). inp must stay unchanged until backward.
+fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T);
+// dinp: (N, C) overwritten (must not alias dout); scratch: nn_block_scratch_floats()
+void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *dout, const float *inp,
+                       float *scratch);
