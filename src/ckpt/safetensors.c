@@ -1,6 +1,6 @@
 // safetensors.c: a validating safetensors reader (pread on an open fd) and an atomic writer.
-// The reader parses the JSON header with a small hand-written parser that accepts exactly what
-// safetensors needs: objects, strings with escapes, non-negative integers and integer arrays.
+// The header is parsed by a small hand-written JSON parser that accepts what safetensors needs:
+// objects, strings with escapes, non-negative integers and arrays of them.
 #include "ckpt/safetensors.h"
 
 #include <ctype.h>
@@ -16,7 +16,7 @@
 #include "tensor/tensor.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "safetensors.c assumes a little-endian host (data is stored little-endian)"
+#error "safetensors.c assumes a little-endian host (the format stores little-endian data)"
 #endif
 
 #define ST_MAX_HEADER 100000000ull  // 100 MB, the limit of the reference implementation
@@ -46,12 +46,11 @@ struct st_file {
 static char *dupstr(const char *s) {
     size_t n = strlen(s) + 1;
     char *d = malloc(n);
-    if (d) memcpy(d, s, n);
-    return d;
+    return d ? memcpy(d, s, n) : NULL;
 }
 
-// Ensures room for `need` elements of `elem` bytes: returns arr or a larger realloc'd array
-// (updating *cap), or NULL with arr untouched.
+// Makes room for `need` elements of `elem` bytes: returns arr or a larger realloc'd array (updating
+// *cap), or NULL with arr untouched.
 static void *grow(void *arr, int *cap, int need, size_t elem) {
     if (need <= *cap) return arr;
     int nc = *cap ? *cap * 2 : 16;
@@ -65,8 +64,7 @@ static void *grow(void *arr, int *cap, int need, size_t elem) {
 static fsdp_status pread_full(const st_file *f, uint64_t off, void *dst, uint64_t n) {
     unsigned char *p = dst;
     while (n > 0) {
-        size_t want = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t r = pread(f->fd, p, want, (off_t)off);
+        ssize_t r = pread(f->fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
         if (r < 0 && errno == EINTR) continue;
         if (r < 0) return fsdp_error(FSDP_ERR_IO, "%s: read failed: %s", f->path, strerror(errno));
         if (r == 0)
@@ -90,10 +88,8 @@ typedef struct {
 
 // Records a FSDP_ERR_FORMAT message about the header at the current position.
 static fsdp_status jerr(const jparser *p, const char *what) {
-    if (p->tensor)
-        return fsdp_error(FSDP_ERR_FORMAT, "%s: invalid JSON header at byte %zu (tensor '%s'): %s",
-                          p->path, p->pos, p->tensor, what);
-    return fsdp_error(FSDP_ERR_FORMAT, "%s: invalid JSON header at byte %zu: %s", p->path, p->pos, what);
+    return fsdp_error(FSDP_ERR_FORMAT, "%s: invalid JSON header at byte %zu%s%s%s: %s", p->path, p->pos,
+                      p->tensor ? " (tensor '" : "", p->tensor ? p->tensor : "", p->tensor ? "')" : "", what);
 }
 
 // Skips whitespace and returns the next character, or -1 at the end.
@@ -113,7 +109,7 @@ static fsdp_status jexpect(jparser *p, char c) {
     return jerr(p, msg);
 }
 
-// Parses the 4 hex digits at s (which has at least 4 readable bytes) into *out; 0 if not hex.
+// Parses the 4 hex digits at s (at least 4 readable bytes) into *out; returns 0 if they are not hex.
 static int hex4(const char *s, uint32_t *out) {
     static const char digits[] = "0123456789abcdef";
     *out = 0;
@@ -134,8 +130,8 @@ static size_t utf8_put(uint32_t cp, char *o) {
     return n;
 }
 
-// Decodes the escape after a backslash at p->pos into o; returns the bytes written, or 0 with
-// *bad set. end: the closing quote's index.
+// Decodes the escape after a backslash at p->pos into o; returns the bytes written, or 0 with *bad
+// set. end: index of the closing quote. o: (4,)
 static size_t junescape(jparser *p, size_t end, char *o, const char **bad) {
     static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
     char e = p->s[p->pos++];
@@ -187,33 +183,26 @@ static fsdp_status jstring(jparser *p, char **out) {
     return FSDP_OK;
 }
 
-// Parses a non-negative integer that fits in 63 bits.
-static fsdp_status juint(jparser *p, uint64_t *out) {
-    int c = jpeek(p);
-    if (c < '0' || c > '9') return jerr(p, "expected a non-negative integer");
-    uint64_t v = 0;
-    while (p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9') {
-        uint64_t d = (uint64_t)(p->s[p->pos] - '0');
-        if (v > ((uint64_t)INT64_MAX - d) / 10) return jerr(p, "integer too large");
-        v = v * 10 + d;
-        p->pos++;
-    }
-    *out = v;
-    return FSDP_OK;
-}
-
-// Parses an array of at most `max` non-negative integers into out; *count = its length. out: (max,)
+// Parses an array of at most `max` integers in [0, INT64_MAX] into out; *count = its length.
+// out: (max,)
 static fsdp_status juint_array(jparser *p, uint64_t *out, int max, int *count) {
     *count = 0;
     FSDP_CHECK(jexpect(p, '['));
-    if (jpeek(p) == ']') { p->pos++; return FSDP_OK; }
+    if (jpeek(p) == ']') return jexpect(p, ']');
     for (;;) {
         if (*count == max) return jerr(p, "array too long");
-        FSDP_CHECK(juint(p, &out[(*count)++]));
         int c = jpeek(p);
+        if (c < '0' || c > '9') return jerr(p, "expected a non-negative integer");
+        uint64_t v = 0;
+        for (; p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9'; p->pos++) {
+            uint64_t d = (uint64_t)(p->s[p->pos] - '0');
+            if (v > ((uint64_t)INT64_MAX - d) / 10) return jerr(p, "integer too large");
+            v = v * 10 + d;
+        }
+        out[(*count)++] = v;
+        if ((c = jpeek(p)) == ']') return jexpect(p, ']');
+        if (c != ',') return jerr(p, "expected ',' or ']'");
         p->pos++;
-        if (c == ']') return FSDP_OK;
-        if (c != ',') { p->pos--; return jerr(p, "expected ',' or ']'"); }
     }
 }
 
@@ -222,19 +211,20 @@ static fsdp_status juint_array(jparser *p, uint64_t *out, int max, int *count) {
 static fsdp_status jkey(jparser *p, int *first, char **key) {
     *key = NULL;
     int c = jpeek(p);
-    if (c == '}') { p->pos++; return FSDP_OK; }
-    if (!*first) {
-        if (c != ',') return jerr(p, "expected ',' or '}'");
-        p->pos++;
-    }
+    if (c == '}') return jexpect(p, '}');
+    if (!*first && c != ',') return jerr(p, "expected ',' or '}'");
+    p->pos += !*first;
     *first = 0;
     FSDP_CHECK(jstring(p, key));
     fsdp_status s = jexpect(p, ':');
-    if (s != FSDP_OK) { free(*key); *key = NULL; }
+    if (s != FSDP_OK) {
+        free(*key);
+        *key = NULL;
+    }
     return s;
 }
 
-// Parses {"dtype": .., "shape": [..], "data_offsets": [b, e]} into e (e->name already set).
+// Parses {"dtype": .., "shape": [..], "data_offsets": [begin, end]} into e (e->name already set).
 static fsdp_status parse_tensor(jparser *p, st_entry *e) {
     char *dtype = NULL, *key = NULL;
     int have_shape = 0, have_offsets = 0, first = 1;
@@ -261,16 +251,12 @@ static fsdp_status parse_tensor(jparser *p, st_entry *e) {
         free(key);
     }
     if (s == FSDP_OK && (!dtype || !have_shape || !have_offsets))
-        s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", p->path,
-                       e->name);
-    if (s == FSDP_OK) {
-        int d = 0;
-        while (d < ST_NDTYPES && strcmp(dtype, dtype_names[d])) d++;
-        if (d == ST_NDTYPES)
-            s = fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has unsupported dtype '%.32s'", p->path,
-                           e->name, dtype);
-        e->dtype = (st_dtype)d;
-    }
+        s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' lacks dtype, shape or data_offsets", p->path, e->name);
+    int d = 0;
+    while (s == FSDP_OK && d < ST_NDTYPES && strcmp(dtype, dtype_names[d])) d++;
+    if (s == FSDP_OK && d == ST_NDTYPES)
+        s = fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has unsupported dtype '%.32s'", p->path, e->name, dtype);
+    e->dtype = (st_dtype)d;
     free(dtype);
     return s;
 }
@@ -280,14 +266,14 @@ static fsdp_status parse_metadata(jparser *p, st_file *f) {
     int first = 1;
     FSDP_CHECK(jexpect(p, '{'));
     for (;;) {
-        char *key, *val = NULL;
+        char *key, *val = NULL, **m = NULL;
         FSDP_CHECK(jkey(p, &first, &key));
         if (!key) return FSDP_OK;
         fsdp_status s = jstring(p, &val);
         if (s == FSDP_OK && st_metadata(f, key))
             s = fsdp_error(FSDP_ERR_FORMAT, "%s: duplicate metadata key '%.64s'", p->path, key);
-        char **m = s == FSDP_OK ? grow(f->meta, &f->metacap, 2 * f->nmeta + 2, sizeof *m) : NULL;
-        if (s == FSDP_OK && !m) s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", p->path);
+        if (s == FSDP_OK && !(m = grow(f->meta, &f->metacap, 2 * f->nmeta + 2, sizeof *m)))
+            s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", p->path);
         if (s != FSDP_OK) {
             free(key);
             free(val);
@@ -305,22 +291,21 @@ static fsdp_status parse_header(jparser *p, st_file *f) {
     FSDP_CHECK(jexpect(p, '{'));
     for (;;) {
         char *key;
+        st_entry *grown;
         FSDP_CHECK(jkey(p, &first, &key));
         if (!key) break;
-        fsdp_status s = FSDP_OK;
-        st_entry *grown;
+        fsdp_status s;
         if (!strcmp(key, "__metadata__")) {
             s = have_meta ? jerr(p, "repeated __metadata__") : parse_metadata(p, f);
             have_meta = 1;
         } else if (strlen(key) >= ST_NAME_MAX) {
-            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor name '%.64s...' is longer than %d bytes",
-                           p->path, key, ST_NAME_MAX - 1);
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor name '%.64s...' is longer than %d bytes", p->path,
+                           key, ST_NAME_MAX - 1);
         } else if (!(grown = grow(f->entries, &f->cap, f->n + 1, sizeof *grown))) {
             s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", p->path);
         } else {
             f->entries = grown;
-            st_entry *e = &f->entries[f->n];
-            memset(e, 0, sizeof *e);
+            st_entry *e = memset(&f->entries[f->n], 0, sizeof *e);
             strcpy(e->name, key);
             p->tensor = e->name;
             s = parse_tensor(p, e);
@@ -330,13 +315,12 @@ static fsdp_status parse_header(jparser *p, st_file *f) {
         free(key);
         FSDP_CHECK(s);
     }
-    if (jpeek(p) != -1) return jerr(p, "unexpected characters after the header object");
-    return FSDP_OK;
+    return jpeek(p) == -1 ? FSDP_OK : jerr(p, "unexpected characters after the header object");
 }
 
 // ---------------------------------------------------------------- reader
 
-// qsort comparators over const st_entry * arrays.
+// qsort comparators over arrays of const st_entry *.
 static int cmp_name(const void *a, const void *b) {
     return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
 }
@@ -345,32 +329,30 @@ static int cmp_begin(const void *a, const void *b) {
     return x->begin < y->begin ? -1 : x->begin > y->begin;
 }
 
-// Checks every entry against its dtype, shape and the file size; rejects duplicates and overlap.
+// Checks every entry against its dtype, shape and the file size; rejects duplicates and overlaps.
 static fsdp_status validate(st_file *f) {
     uint64_t data_size = f->file_size - f->data_off;
     for (int i = 0; i < f->n; i++) {
         const st_entry *e = &f->entries[i];
         if (e->end < e->begin)
-            return fsdp_error(FSDP_ERR_FORMAT,
-                              "%s: tensor '%s' has data_offsets [%" PRIu64 ", %" PRIu64 "] with end < begin",
-                              f->path, e->name, e->begin, e->end);
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' has data_offsets [%" PRIu64 ", %" PRIu64
+                              "] with end < begin", f->path, e->name, e->begin, e->end);
         uint64_t numel = 1, esz = st_dtype_size(e->dtype);
         int overflow = 0;
         for (int d = 0; d < e->ndim; d++) {
             uint64_t dim = (uint64_t)e->shape[d];
-            if (dim && numel > UINT64_MAX / dim) overflow = 1;
+            overflow |= dim && numel > UINT64_MAX / esz / dim;
             numel *= dim;
         }
         char sh[256];
-        fsdp_shape_str(e->ndim, e->shape, sh, sizeof sh);
-        if (overflow || numel > UINT64_MAX / esz || e->end - e->begin != numel * esz)
-            return fsdp_error(FSDP_ERR_FORMAT,
-                              "%s: tensor '%s' has %" PRIu64 " bytes but dtype %s and shape %s need %" PRIu64,
-                              f->path, e->name, e->end - e->begin, st_dtype_name(e->dtype), sh, numel * esz);
+        if (overflow || e->end - e->begin != numel * esz)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' has %" PRIu64 " bytes but dtype %s and shape "
+                              "%s need %" PRIu64, f->path, e->name, e->end - e->begin, st_dtype_name(e->dtype),
+                              fsdp_shape_str(e->ndim, e->shape, sh, sizeof sh), numel * esz);
         if (e->end > data_size)
-            return fsdp_error(FSDP_ERR_FORMAT,
-                              "%s: truncated: tensor '%s' ends at byte %" PRIu64 " of the data section but "
-                              "it has only %" PRIu64 " bytes", f->path, e->name, e->end, data_size);
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: tensor '%s' ends at byte %" PRIu64 " of the "
+                              "data section but it has only %" PRIu64 " bytes", f->path, e->name, e->end,
+                              data_size);
     }
     if (f->n == 0) return FSDP_OK;
     f->by_name = malloc((size_t)f->n * sizeof *f->by_name);
@@ -386,54 +368,50 @@ static fsdp_status validate(st_file *f) {
     for (int i = 1; i < f->n && s == FSDP_OK; i++)
         if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
             s = fsdp_error(FSDP_ERR_FORMAT, "%s: duplicate tensor '%s'", f->path, f->by_name[i]->name);
-    uint64_t max_end = 0;
-    const char *prev = NULL;
+    const st_entry *prev = NULL;  // the non-empty tensor reaching furthest so far
     for (int i = 0; i < f->n && s == FSDP_OK; i++) {
         const st_entry *e = by_begin[i];
         if (e->begin == e->end) continue;  // empty tensors occupy no bytes
-        if (e->begin < max_end)
-            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' overlaps tensor '%s'", f->path, e->name, prev);
-        if (e->end > max_end) {
-            max_end = e->end;
-            prev = e->name;
-        }
+        if (prev && e->begin < prev->end)
+            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' overlaps tensor '%s'", f->path, e->name, prev->name);
+        if (!prev || e->end > prev->end) prev = e;
     }
     free(by_begin);
     return s;
 }
 
-// Opens f->path, reads and parses the header and validates it.
+// Opens f->path, reads, parses and validates the header.
 static fsdp_status open_impl(st_file *f) {
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0) return fsdp_error(FSDP_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
     struct stat st;
-    if (fstat(f->fd, &st) != 0) return fsdp_error(FSDP_ERR_IO, "%s: cannot stat: %s", f->path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return fsdp_error(FSDP_ERR_IO, "%s: not a regular file", f->path);
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0 || fstat(f->fd, &st) != 0)
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fsdp_error(FSDP_ERR_IO, "%s: cannot open: not a regular file", f->path);
     f->file_size = (uint64_t)st.st_size;
     if (f->file_size < 8)
         return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: file has %" PRIu64 " bytes, need at least 8",
                           f->path, f->file_size);
     unsigned char lenbuf[8];
-    FSDP_CHECK(pread_full(f, 0, lenbuf, 8));
     uint64_t hlen = 0;
+    FSDP_CHECK(pread_full(f, 0, lenbuf, 8));
     for (int i = 7; i >= 0; i--) hlen = hlen << 8 | lenbuf[i];
     if (hlen > ST_MAX_HEADER)
-        return fsdp_error(FSDP_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the 100 MB limit",
-                          f->path, hlen);
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: header length %" PRIu64 " exceeds the 100 MB limit", f->path,
+                          hlen);
     if (hlen + 8 > f->file_size)
         return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: header says %" PRIu64 " bytes but file has %" PRIu64,
                           f->path, hlen, f->file_size);
     char *hdr = malloc(hlen + 1);
     if (!hdr) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for the header", f->path);
-    fsdp_status s = pread_full(f, 8, hdr, hlen);
     f->data_off = 8 + hlen;
     jparser p = {hdr, (size_t)hlen, 0, f->path, NULL};
+    fsdp_status s = pread_full(f, 8, hdr, hlen);
     if (s == FSDP_OK) s = parse_header(&p, f);
     free(hdr);
     return s == FSDP_OK ? validate(f) : s;
 }
 
-// Opens and validates path; on success *out is an open file for st_close.
+// Opens and validates path; on success *out is an open file for st_close, else NULL.
 fsdp_status st_open(const char *path, st_file **out) {
     *out = NULL;
     st_file *f = calloc(1, sizeof *f);
@@ -443,12 +421,9 @@ fsdp_status st_open(const char *path, st_file **out) {
         return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
     }
     fsdp_status s = open_impl(f);
-    if (s != FSDP_OK) {
-        st_close(f);
-        return s;
-    }
-    *out = f;
-    return FSDP_OK;
+    if (s == FSDP_OK) *out = f;
+    else st_close(f);
+    return s;
 }
 
 // Closes the fd and frees everything (NULL is fine).
@@ -463,6 +438,7 @@ void st_close(st_file *f) {
     free(f);
 }
 
+// Accessors.
 const char *st_path(const st_file *f) { return f->path; }
 int st_count(const st_file *f) { return f->n; }
 const st_entry *st_entry_at(const st_file *f, int i) { return i >= 0 && i < f->n ? &f->entries[i] : NULL; }
@@ -470,7 +446,7 @@ const st_entry *st_entry_at(const st_file *f, int i) { return i >= 0 && i < f->n
 // Binary search over the name-sorted index.
 const st_entry *st_find(const st_file *f, const char *name) {
     int lo = 0, hi = f->n;
-    while (f->by_name && lo < hi) {
+    while (lo < hi) {
         int mid = lo + (hi - lo) / 2, c = strcmp(f->by_name[mid]->name, name);
         if (c == 0) return f->by_name[mid];
         if (c < 0) lo = mid + 1;
@@ -486,30 +462,33 @@ const char *st_metadata(const st_file *f, const char *key) {
     return NULL;
 }
 
-// Finds `name` and checks that its shape is exactly shape[ndim].
+// Finds `name`, checks that its shape is exactly shape[ndim] and its dtype one of ok[0..nok).
 static fsdp_status lookup(const st_file *f, const char *name, int ndim, const int64_t *shape,
-                          const st_entry **out) {
+                          const st_dtype *ok, int nok, const char *ok_names, const st_entry **out) {
     const st_entry *e = st_find(f, name);
     if (!e) return fsdp_error(FSDP_ERR_MISSING, "%s: missing tensor '%s'", f->path, name);
     int same = e->ndim == ndim;
     for (int i = 0; same && i < ndim; i++) same = e->shape[i] == shape[i];
-    if (!same) {
-        char have[256], want[256];
-        fsdp_shape_str(e->ndim, e->shape, have, sizeof have);
-        fsdp_shape_str(ndim, shape, want, sizeof want);
+    char have[256], want[256];
+    if (!same)
         return fsdp_error(FSDP_ERR_SHAPE, "%s: tensor '%s' has shape %s, expected %s", f->path, name,
-                          have, want);
-    }
+                          fsdp_shape_str(e->ndim, e->shape, have, sizeof have),
+                          fsdp_shape_str(ndim, shape, want, sizeof want));
+    int i = 0;
+    while (i < nok && ok[i] != e->dtype) i++;
+    if (i == nok)
+        return fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected %s", f->path, name,
+                          st_dtype_name(e->dtype), ok_names);
     *out = e;
     return FSDP_OK;
 }
 
-// Reads e converting to float (fdst) or int32 (idst) in chunks; exactly one of them is non-NULL.
+// Reads e, converting to float (fdst) or int32 (idst) in chunks; exactly one of them is non-NULL.
 // fdst, idst: (numel,)
 static fsdp_status read_convert(const st_file *f, const st_entry *e, float *fdst, int32_t *idst) {
     size_t esz = st_dtype_size(e->dtype);
     uint64_t off = f->data_off + e->begin, numel = (e->end - e->begin) / esz;
-    if ((fdst && e->dtype == ST_F32) || (idst && e->dtype == ST_I32))
+    if (e->dtype == ST_F32 || e->dtype == ST_I32)  // already the destination type
         return pread_full(f, off, fdst ? (void *)fdst : (void *)idst, e->end - e->begin);
     const uint64_t chunk = 1 << 16;  // elements per read
     if (numel == 0) return FSDP_OK;
@@ -525,13 +504,11 @@ static fsdp_status read_convert(const st_file *f, const st_entry *e, float *fdst
             if (e->dtype == ST_BF16 || e->dtype == ST_F16) {
                 memcpy(&h, buf + 2 * j, 2);
                 fdst[i0 + j] = e->dtype == ST_BF16 ? fsdp_bf16_to_f32(h) : fsdp_f16_to_f32(h);
-            } else {  // I64 -> I32
+            } else {  // I64
                 memcpy(&v, buf + 8 * j, 8);
-                if (v < INT32_MIN || v > INT32_MAX)
-                    s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' element %" PRIu64 " = %" PRId64
-                                   " does not fit in int32", f->path, e->name, i0 + j, v);
-                else
-                    idst[i0 + j] = (int32_t)v;
+                if (v >= INT32_MIN && v <= INT32_MAX) idst[i0 + j] = (int32_t)v;
+                else s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' element %" PRIu64 " = %" PRId64
+                                    " does not fit in int32", f->path, e->name, i0 + j, v);
             }
         }
     }
@@ -539,31 +516,30 @@ static fsdp_status read_convert(const st_file *f, const st_entry *e, float *fdst
     return s;
 }
 
+// Reads an F32/BF16/F16 tensor of exactly shape[ndim] as float. dst: (numel,)
 fsdp_status st_read_f32(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape) {
+    static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16};
     const st_entry *e;
-    FSDP_CHECK(lookup(f, name, ndim, shape, &e));
-    if (e->dtype != ST_F32 && e->dtype != ST_BF16 && e->dtype != ST_F16)
-        return fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected F32, BF16 or F16",
-                          f->path, name, st_dtype_name(e->dtype));
+    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 3, "F32, BF16 or F16", &e));
     return read_convert(f, e, dst, NULL);
 }
 
+// Reads an I32/I64 tensor of exactly shape[ndim] as int32. dst: (numel,)
 fsdp_status st_read_i32(const st_file *f, const char *name, int32_t *dst, int ndim, const int64_t *shape) {
+    static const st_dtype ok[] = {ST_I32, ST_I64};
     const st_entry *e;
-    FSDP_CHECK(lookup(f, name, ndim, shape, &e));
-    if (e->dtype != ST_I32 && e->dtype != ST_I64)
-        return fsdp_error(FSDP_ERR_DTYPE, "%s: tensor '%s' has dtype %s, expected I32 or I64", f->path,
-                          name, st_dtype_name(e->dtype));
+    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 2, "I32 or I64", &e));
     return read_convert(f, e, NULL, dst);
 }
 
+// Reads bytes [byte_begin, byte_end) of a tensor's raw data. dst: (byte_end - byte_begin,)
 fsdp_status st_read_raw(const st_file *f, const char *name, void *dst, uint64_t byte_begin, uint64_t byte_end) {
     const st_entry *e = st_find(f, name);
     if (!e) return fsdp_error(FSDP_ERR_MISSING, "%s: missing tensor '%s'", f->path, name);
     if (byte_begin > byte_end || byte_end > e->end - e->begin)
-        return fsdp_error(FSDP_ERR_INVALID_ARG,
-                          "%s: tensor '%s': byte range [%" PRIu64 ", %" PRIu64 ") is outside its %" PRIu64 " bytes",
-                          f->path, name, byte_begin, byte_end, e->end - e->begin);
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s': byte range [%" PRIu64 ", %" PRIu64
+                          ") is outside its %" PRIu64 " bytes", f->path, name, byte_begin, byte_end,
+                          e->end - e->begin);
     return pread_full(f, f->data_off + e->begin + byte_begin, dst, byte_end - byte_begin);
 }
 
@@ -583,7 +559,7 @@ struct st_writer {
     int n, cap;
     st_wentry *e;  // (n,) in insertion order
     int nmeta, metacap;
-    char **meta;   // (2*nmeta,) key, value pairs
+    char **meta;   // (2*nmeta,) key, value, key, value, ...
 };
 
 // Returns a writer for path, or NULL (with fsdp_error set) when out of memory.
@@ -597,6 +573,7 @@ st_writer *st_writer_new(const char *path) {
     return w;
 }
 
+// Frees the writer without writing anything (NULL is fine).
 void st_writer_free(st_writer *w) {
     if (!w) return;
     for (int i = 0; i < w->n; i++) free(w->e[i].name);
@@ -607,25 +584,24 @@ void st_writer_free(st_writer *w) {
     free(w);
 }
 
-fsdp_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int ndim,
-                          const int64_t *shape, const void *data) {
+// Queues a tensor (name and shape copied, data borrowed). shape: (ndim,) data: (numel,) of dtype
+fsdp_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int ndim, const int64_t *shape,
+                          const void *data) {
     FSDP_ASSERT(w && name);
     size_t len = strlen(name);
     if (len == 0 || len >= ST_NAME_MAX || !strcmp(name, "__metadata__"))
-        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: invalid tensor name '%.64s' (empty, reserved or "
-                          "longer than %d bytes)", w->path, name, ST_NAME_MAX - 1);
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: invalid tensor name '%.64s' (empty, reserved or longer "
+                          "than %d bytes)", w->path, name, ST_NAME_MAX - 1);
     if ((unsigned)dtype >= ST_NDTYPES || ndim < 0 || ndim > ST_MAX_DIMS)
-        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d or ndim %d", w->path,
-                          name, (int)dtype, ndim);
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s': invalid dtype %d or ndim %d", w->path, name,
+                          (int)dtype, ndim);
     uint64_t numel = 1;
     for (int i = 0; i < ndim; i++) {
         if (shape[i] < 0)
-            return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has negative dimension %lld",
-                              w->path, name, (long long)shape[i]);
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has a negative dimension", w->path, name);
         numel *= (uint64_t)shape[i];
     }
-    if (numel && !data)
-        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has no data", w->path, name);
+    if (numel && !data) return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has no data", w->path, name);
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->e[i].name, name))
             return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: duplicate tensor '%s'", w->path, name);
@@ -643,6 +619,7 @@ fsdp_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int nd
     return FSDP_OK;
 }
 
+// Queues a "__metadata__" entry (both strings copied).
 fsdp_status st_writer_add_metadata(st_writer *w, const char *key, const char *value) {
     FSDP_ASSERT(w && key && value);
     for (int i = 0; i < w->nmeta; i++)
@@ -673,24 +650,23 @@ static void put_json_str(FILE *fp, const char *s) {
     fputc('"', fp);
 }
 
-// Builds the JSON header into a malloc'd *out of *len bytes (free it even on failure), padded
-// with spaces so that 8 + *len is a multiple of 8 and the data section stays aligned.
-// Returns 0 when out of memory.
+// Builds the JSON header into a malloc'd *out of *len bytes (free it even on failure), padded with
+// spaces so that 8 + *len is a multiple of 8 and the data section stays aligned. 0 when out of memory.
 static int build_header(const st_writer *w, char **out, size_t *len) {
     FILE *fp = open_memstream(out, len);
     if (!fp) return 0;
     fputs(w->nmeta ? "{\"__metadata__\":{" : "{", fp);
     for (int i = 0; i < w->nmeta; i++) {
-        if (i) fputc(',', fp);
+        fputs(i ? "," : "", fp);
         put_json_str(fp, w->meta[2 * i]);
         fputc(':', fp);
         put_json_str(fp, w->meta[2 * i + 1]);
     }
-    if (w->nmeta) fputc('}', fp);
+    fputs(w->nmeta ? "}" : "", fp);
     uint64_t off = 0;
     for (int i = 0; i < w->n; i++) {
         const st_wentry *e = &w->e[i];
-        if (i || w->nmeta) fputc(',', fp);
+        fputs(i || w->nmeta ? "," : "", fp);
         put_json_str(fp, e->name);
         fprintf(fp, ":{\"dtype\":\"%s\",\"shape\":[", st_dtype_name(e->dtype));
         for (int d = 0; d < e->ndim; d++) fprintf(fp, "%s%" PRId64, d ? "," : "", e->shape[d]);
@@ -754,17 +730,17 @@ static fsdp_status commit_impl(const st_writer *w, const char *tmp) {
     return fsdp_error(FSDP_ERR_IO, "%s: %s: %s", w->path, what, strerror(err ? err : EIO));
 }
 
-// Writes the file atomically (tmp + fsync + rename) and frees w whatever happens.
+// Writes the file atomically ("<path>.tmp.<pid>", fsync, rename) and frees w whatever happens.
 fsdp_status st_writer_commit(st_writer *w) {
     FSDP_ASSERT(w);
     size_t cap = strlen(w->path) + 32;
     char *tmp = malloc(cap);
-    fsdp_status s;
-    if (!tmp) {
-        s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", w->path);
-    } else {
+    fsdp_status s = FSDP_ERR_NOMEM;
+    if (tmp) {
         snprintf(tmp, cap, "%s.tmp.%ld", w->path, (long)getpid());
         s = commit_impl(w, tmp);
+    } else {
+        fsdp_error(s, "%s: out of memory", w->path);
     }
     free(tmp);
     st_writer_free(w);
