@@ -1,6 +1,7 @@
 // fsdp_train.c: trains the GPT-2 model (Hugging Face names and layouts) on byte-level text, on
 // fixed token tensors (--input), or on a built-in synthetic corpus. One process for now; the FSDP
 // issue adds ranks. Prints "step K loss L lr X ms T tok/s S" per step.
+#include <errno.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -34,7 +35,7 @@ static int fail(const char *msg) {
 
 static fsdp_status load_text(const char *path, text_data *d, int T) {
     FILE *f = fopen(path, "rb");
-    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot open data file", path);
+    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot open data file: %s", path, strerror(errno));
     fseek(f, 0, SEEK_END);
     long len = ftell(f);
     fseek(f, 0, SEEK_SET);

@@ -89,3 +89,10 @@ const fsdp_kernels *fsdp_kernels_for(fsdp_device dev);  // NULL if the device ha
 void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
               const float *B, int ldb, float beta, float *C, int ldc);
 void cpu_gemm_init(void);  // pins OpenBLAS to one thread: the wrapper splits work over OpenMP itself
+// Chooses the serial GEMM: "openblas", "avx512" (falls back to OpenBLAS without AVX-512), or NULL for
+// the default (avx512 where available). The environment variable FSDP_GEMM sets it at first use.
+void cpu_gemm_select(const char *name);
+const char *cpu_gemm_name(void);
+int cpu_sgemm_avx512_available(void);
+void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc);

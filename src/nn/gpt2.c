@@ -85,8 +85,12 @@ fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, c
         return fsdp_error(FSDP_ERR_INVALID_ARG, "sequence length %d exceeds the model's %d positions", T, m->cfg.max_seq);
     int N = B * T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     for (int n = 0; n < N; n++) {
-        if (idx[n] < 0 || idx[n] >= V || targets[n] < 0 || targets[n] >= V)
-            return fsdp_error(FSDP_ERR_INVALID_ARG, "token id at position %d is outside [0, %d)", n, V);
+        if (idx[n] < 0 || idx[n] >= V)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "idx[%d][%d] = %d is outside the vocabulary [0, %d)",
+                              n / T, n % T, idx[n], V);
+        if (targets[n] < 0 || targets[n] >= V)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "targets[%d][%d] = %d is outside the vocabulary [0, %d)",
+                              n / T, n % T, targets[n], V);
     }
     FSDP_CHECK(ensure_activations(m, B, T));
     const fsdp_kernels *k = ctx->k;

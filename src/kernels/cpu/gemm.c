@@ -1,22 +1,43 @@
-// gemm.c: row-major SGEMM through CBLAS (OpenBLAS). OpenBLAS runs single-threaded and this wrapper
+// gemm.c: row-major SGEMM: our AVX-512 kernel (sgemm_avx512.c) where the CPU has AVX-512, else CBLAS
+// (OpenBLAS); FSDP_GEMM=openblas|avx512 overrides. Both run single-threaded and this wrapper
 // splits large products over OpenMP threads itself (by rows of C, or by columns when C is wide and
 // short), so the same code is safe inside a parallel region (attention calls it per (b, h)).
 #include <cblas.h>
 #include <omp.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "kernels/kernels.h"
 
 void openblas_set_num_threads(int num_threads);
+
+static int use_own_kernel = -1;  // -1: not decided yet
 
 void cpu_gemm_init(void) {
     static int done;
     if (done) return;
     done = 1;
     openblas_set_num_threads(1);
+    if (use_own_kernel < 0) cpu_gemm_select(getenv("FSDP_GEMM"));
+}
+
+void cpu_gemm_select(const char *name) {
+    if (name && strcmp(name, "openblas") == 0) use_own_kernel = 0;
+    else if (name && strcmp(name, "avx512") == 0) use_own_kernel = cpu_sgemm_avx512_available();
+    else use_own_kernel = cpu_sgemm_avx512_available();
+}
+
+const char *cpu_gemm_name(void) {
+    if (use_own_kernel < 0) cpu_gemm_select(getenv("FSDP_GEMM"));
+    return use_own_kernel ? "avx512" : "openblas";
 }
 
 static void gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    if (use_own_kernel) {
+        cpu_sgemm_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }

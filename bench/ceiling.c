@@ -1,0 +1,181 @@
+// bench/ceiling.c: what this machine can do at best, in fp32.
+//
+// (a) FMA peak: every OpenMP thread runs a loop of independent fused
+//     multiply-adds on 12 vector accumulators (AVX-512 zmm if the CPU has
+//     avx512f, else AVX2 ymm), enough to hide the FMA latency. FLOPs counted as
+//     2 per lane per FMA. Measured on 1 thread and on 2 threads.
+// (b) OpenBLAS SGEMM (C = A*B, row-major, no transposes) on 2 threads for a few
+//     shapes close to the GPT benchmark's GEMMs; best of several runs.
+//
+// Output: one `key value` line per number (machine-readable), e.g.
+//   fma_isa avx512
+//   fma_peak_gflops_1t 215.3
+//   fma_peak_gflops_2t 430.1
+//   sgemm_gflops_2t_2048x1536x512 350.2
+//
+// Build: cc -O2 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread
+//          bench/ceiling.c -o build/bench/ceiling -lopenblas
+#define _POSIX_C_SOURCE 200809L
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+// Not every openblas header declares these; the library always has them.
+void openblas_set_num_threads(int num_threads);
+char *openblas_get_corename(void);
+char *openblas_get_config(void);
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+#define NACC 12
+
+// Runs `iters` iterations of NACC independent 16-wide FMAs; returns a value
+// derived from the accumulators so the loop cannot be optimized away.
+__attribute__((target("avx512f"), noinline)) static float fma_loop_avx512(long iters) {
+    __m512 a[NACC];
+    for (int i = 0; i < NACC; i++) a[i] = _mm512_set1_ps(0.001f * (float)i);
+    const __m512 x = _mm512_set1_ps(0.9999999f);
+    const __m512 y = _mm512_set1_ps(1e-7f);
+    for (long it = 0; it < iters; it++) {
+        // Written out so the compiler keeps all 12 chains independent.
+        a[0] = _mm512_fmadd_ps(a[0], x, y);
+        a[1] = _mm512_fmadd_ps(a[1], x, y);
+        a[2] = _mm512_fmadd_ps(a[2], x, y);
+        a[3] = _mm512_fmadd_ps(a[3], x, y);
+        a[4] = _mm512_fmadd_ps(a[4], x, y);
+        a[5] = _mm512_fmadd_ps(a[5], x, y);
+        a[6] = _mm512_fmadd_ps(a[6], x, y);
+        a[7] = _mm512_fmadd_ps(a[7], x, y);
+        a[8] = _mm512_fmadd_ps(a[8], x, y);
+        a[9] = _mm512_fmadd_ps(a[9], x, y);
+        a[10] = _mm512_fmadd_ps(a[10], x, y);
+        a[11] = _mm512_fmadd_ps(a[11], x, y);
+    }
+    __m512 s = a[0];
+    for (int i = 1; i < NACC; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2,fma"), noinline)) static float fma_loop_avx2(long iters) {
+    __m256 a[NACC];
+    for (int i = 0; i < NACC; i++) a[i] = _mm256_set1_ps(0.001f * (float)i);
+    const __m256 x = _mm256_set1_ps(0.9999999f);
+    const __m256 y = _mm256_set1_ps(1e-7f);
+    for (long it = 0; it < iters; it++) {
+        a[0] = _mm256_fmadd_ps(a[0], x, y);
+        a[1] = _mm256_fmadd_ps(a[1], x, y);
+        a[2] = _mm256_fmadd_ps(a[2], x, y);
+        a[3] = _mm256_fmadd_ps(a[3], x, y);
+        a[4] = _mm256_fmadd_ps(a[4], x, y);
+        a[5] = _mm256_fmadd_ps(a[5], x, y);
+        a[6] = _mm256_fmadd_ps(a[6], x, y);
+        a[7] = _mm256_fmadd_ps(a[7], x, y);
+        a[8] = _mm256_fmadd_ps(a[8], x, y);
+        a[9] = _mm256_fmadd_ps(a[9], x, y);
+        a[10] = _mm256_fmadd_ps(a[10], x, y);
+        a[11] = _mm256_fmadd_ps(a[11], x, y);
+    }
+    __m256 s = a[0];
+    for (int i = 1; i < NACC; i++) s = _mm256_add_ps(s, a[i]);
+    float out[8];
+    _mm256_storeu_ps(out, s);
+    float r = 0;
+    for (int i = 0; i < 8; i++) r += out[i];
+    return r;
+}
+
+static int use_avx512;
+static volatile float sink;
+
+// GFLOP/s of `nthreads` threads each running the FMA loop; best of `reps`.
+static double fma_peak(int nthreads, long iters, int reps) {
+    const int lanes = use_avx512 ? 16 : 8;
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t_max = 0;
+#pragma omp parallel num_threads(nthreads) reduction(max : t_max)
+        {
+#pragma omp barrier
+            double t0 = now();
+            float v = use_avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
+            double t = now() - t0;
+            if (v == 12345.f) sink = v;
+            t_max = t;
+        }
+        double flops = 2.0 * lanes * NACC * (double)iters * nthreads;
+        double g = flops / t_max * 1e-9;
+        if (g > best) best = g;
+    }
+    return best;
+}
+
+// Best-of-`reps` GFLOP/s of one SGEMM C[M,N] = A[M,K] * B[K,N].
+static double sgemm_gflops(int M, int N, int K, int reps) {
+    float *A = malloc(sizeof(float) * (size_t)M * K);
+    float *B = malloc(sizeof(float) * (size_t)K * N);
+    float *C = malloc(sizeof(float) * (size_t)M * N);
+    if (!A || !B || !C) {
+        fprintf(stderr, "ceiling: out of memory\n");
+        exit(1);
+    }
+    srand(1);
+    for (size_t i = 0; i < (size_t)M * K; i++) A[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (size_t i = 0; i < (size_t)K * N; i++) B[i] = (float)rand() / RAND_MAX - 0.5f;
+    memset(C, 0, sizeof(float) * (size_t)M * N);
+    // Warm-up (thread pool start, page faults).
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.f, A, K, B, N, 0.f, C, N);
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.f, A, K, B, N, 0.f, C, N);
+        double t = now() - t0;
+        double g = 2.0 * M * N * K / t * 1e-9;
+        if (g > best) best = g;
+    }
+    if (C[0] == 12345.f) sink = C[0];
+    free(A);
+    free(B);
+    free(C);
+    return best;
+}
+
+int main(int argc, char **argv) {
+    // --quick: fewer repetitions (for smoke runs).
+    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    __builtin_cpu_init();
+    use_avx512 = __builtin_cpu_supports("avx512f");
+    if (!use_avx512 && !__builtin_cpu_supports("avx2")) {
+        fprintf(stderr, "ceiling: CPU has neither AVX-512F nor AVX2\n");
+        return 1;
+    }
+    printf("fma_isa %s\n", use_avx512 ? "avx512" : "avx2");
+    const char *ct = getenv("OPENBLAS_CORETYPE");
+    printf("openblas_coretype_env %s\n", ct && *ct ? ct : "(unset)");
+    printf("openblas_corename %s\n", openblas_get_corename());
+    fflush(stdout);
+
+    // ~0.1 s per run at a few GHz; best of `reps` (the machine is noisy).
+    long iters = quick ? 5000000L : 10000000L;
+    int reps = quick ? 2 : 8;
+    printf("fma_peak_gflops_1t %.1f\n", fma_peak(1, iters, reps));
+    fflush(stdout);
+    printf("fma_peak_gflops_2t %.1f\n", fma_peak(2, iters, reps));
+    fflush(stdout);
+
+    openblas_set_num_threads(2);
+    static const int shapes[][3] = {{2048, 1536, 512}, {2048, 2048, 512}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++) {
+        int M = shapes[i][0], N = shapes[i][1], K = shapes[i][2];
+        printf("sgemm_gflops_2t_%dx%dx%d %.1f\n", M, N, K, sgemm_gflops(M, N, K, quick ? 3 : 8));
+        fflush(stdout);
+    }
+    return 0;
+}

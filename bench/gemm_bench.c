@@ -1,0 +1,44 @@
+// gemm_bench.c: GFLOP/s of the GEMM paths (our AVX-512 kernel, OpenBLAS) on the shapes the GPT
+// benchmark model runs, on the OpenMP threads given by OMP_NUM_THREADS.
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "core/timer.h"
+#include "kernels/kernels.h"
+
+int main(void) {
+    struct { int ta, tb, M, N, K; const char *what; } shapes[] = {
+        {0, 0, 2048, 1536, 512, "qkv fwd (x @ W)"},
+        {0, 1, 2048, 2048, 512, "fc fwd (x @ W^T)"},
+        {0, 1, 2048, 512, 2048, "proj bwd dX"},
+        {1, 0, 512, 2048, 2048, "weight grad (X^T dY)"},
+        {0, 1, 256, 256, 64, "attention QK^T"},
+    };
+    const char *paths[] = {"avx512", "openblas"};
+    for (size_t p = 0; p < 2; p++) {
+        cpu_gemm_select(paths[p]);
+        for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+            int M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
+            float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * (size_t)K * N);
+            float *C = calloc((size_t)M * N, sizeof(float));
+            for (long i = 0; i < (long)M * K; i++) A[i] = (float)(i % 13) * 0.01f;
+            for (long i = 0; i < (long)K * N; i++) B[i] = (float)(i % 7) * 0.01f;
+            int lda = shapes[s].ta ? M : K, ldb = shapes[s].tb ? K : N;
+            double best = 1e9;
+            int reps = M * N * (double)K > 1e8 ? 5 : 200;
+            for (int r = 0; r < 3; r++) {
+                double t0 = fsdp_now_sec();
+                for (int i = 0; i < reps; i++)
+                    cpu_gemm(shapes[s].ta, shapes[s].tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+                double dt = (fsdp_now_sec() - t0) / reps;
+                best = dt < best ? dt : best;
+            }
+            printf("%-9s %-22s M %4d N %4d K %4d  %7.1f GFLOP/s\n", cpu_gemm_name(), shapes[s].what, M, N, K,
+                   2.0 * M * N * K / best / 1e9);
+            free(A);
+            free(B);
+            free(C);
+        }
+    }
+    return 0;
+}

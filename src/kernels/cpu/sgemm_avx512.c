@@ -1,0 +1,158 @@
+// sgemm_avx512.c: our own fp32 GEMM for AVX-512 CPUs (BLIS-style blocking: packed panels of A and
+// B, a 14x32 register-tile micro-kernel). It does not depend on OpenBLAS's CPU detection, which
+// falls back to generic SSE3 kernels on CPUs it does not know. Row-major; any transposition is
+// absorbed by the packing routines, which read A(i, k) = A[i*rs_a + k*cs_a].
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cpu/cpu_kernels.h"
+
+#define MR 14
+#define NR 32
+#define KC 384
+#define MC (MR * 12)
+#define NC 3072
+
+#define AVX512 __attribute__((target("avx512f")))
+
+// dst: ceil(mc/MR) panels, each (kc, MR) contiguous: dst[p][k][i] = alpha * A(i0 + p*MR + i, k0 + k),
+// zero past mc. A(i, k) = A[i*rs + k*cs].
+static void pack_a(float *dst, const float *A, long rs, long cs, int mc, int kc, float alpha) {
+    for (int p = 0; p < mc; p += MR) {
+        int rows = mc - p < MR ? mc - p : MR;
+        if (cs == 1) {
+            for (int k = 0; k < kc; k++) {
+                for (int i = 0; i < rows; i++) dst[k * MR + i] = alpha * A[(long)(p + i) * rs + k];
+                for (int i = rows; i < MR; i++) dst[k * MR + i] = 0.0f;
+            }
+        } else {
+            for (int k = 0; k < kc; k++) {
+                const float *col = A + (long)k * cs + (long)p * rs;
+                for (int i = 0; i < rows; i++) dst[k * MR + i] = alpha * col[(long)i * rs];
+                for (int i = rows; i < MR; i++) dst[k * MR + i] = 0.0f;
+            }
+        }
+        dst += (long)kc * MR;
+    }
+}
+
+// dst: ceil(nc/NR) panels, each (kc, NR) contiguous: dst[q][k][j] = B(k0 + k, j0 + q*NR + j), zero past nc.
+static void pack_b(float *dst, const float *B, long rs, long cs, int kc, int nc) {
+    for (int q = 0; q < nc; q += NR) {
+        int cols = nc - q < NR ? nc - q : NR;
+        if (cs == 1) {
+            for (int k = 0; k < kc; k++) {
+                const float *row = B + (long)k * rs + q;
+                float *d = dst + (long)k * NR;
+                memcpy(d, row, sizeof(float) * (size_t)cols);
+                for (int j = cols; j < NR; j++) d[j] = 0.0f;
+            }
+        } else {
+            for (int j = 0; j < cols; j++) {
+                const float *col = B + (long)(q + j) * cs;
+                for (int k = 0; k < kc; k++) dst[(long)k * NR + j] = col[(long)k * rs];
+            }
+            for (int j = cols; j < NR; j++)
+                for (int k = 0; k < kc; k++) dst[(long)k * NR + j] = 0.0f;
+        }
+        dst += (long)kc * NR;
+    }
+}
+
+// C (m <= MR rows, n <= NR cols, leading dim ldc) += a (kc, MR) @ b (kc, NR)
+AVX512 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *restrict c,
+                                long ldc, int m, int n) {
+    __m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a, c3a = c0a,
+           c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a,
+           c7b = c0a, c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a, c11a = c0a,
+           c11b = c0a, c12a = c0a, c12b = c0a, c13a = c0a, c13b = c0a;
+    for (int k = 0; k < kc; k++) {
+        __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
+        _mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
+        __m512 av;
+#define STEP(i)                                      \
+    av = _mm512_set1_ps(a[i]);                       \
+    c##i##a = _mm512_fmadd_ps(av, b0, c##i##a);      \
+    c##i##b = _mm512_fmadd_ps(av, b1, c##i##b);
+        STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6)
+        STEP(7) STEP(8) STEP(9) STEP(10) STEP(11) STEP(12) STEP(13)
+#undef STEP
+        a += MR;
+        b += NR;
+    }
+    __m512 rows[MR][2] = {{c0a, c0b}, {c1a, c1b}, {c2a, c2b}, {c3a, c3b}, {c4a, c4b}, {c5a, c5b},
+                          {c6a, c6b}, {c7a, c7b}, {c8a, c8b}, {c9a, c9b}, {c10a, c10b}, {c11a, c11b},
+                          {c12a, c12b}, {c13a, c13b}};
+    if (n == NR) {
+        for (int i = 0; i < m; i++) {
+            float *row = c + (long)i * ldc;
+            _mm512_storeu_ps(row, _mm512_add_ps(_mm512_loadu_ps(row), rows[i][0]));
+            _mm512_storeu_ps(row + 16, _mm512_add_ps(_mm512_loadu_ps(row + 16), rows[i][1]));
+        }
+    } else {
+        __mmask16 m0 = (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1);
+        __mmask16 m1 = (__mmask16)(n >= 32 ? 0xffff : n > 16 ? (1u << (n - 16)) - 1 : 0);
+        for (int i = 0; i < m; i++) {
+            float *row = c + (long)i * ldc;
+            _mm512_mask_storeu_ps(row, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), rows[i][0]));
+            _mm512_mask_storeu_ps(row + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + 16), rows[i][1]));
+        }
+    }
+}
+
+typedef struct {
+    float *a_pack;  // (MC, KC)
+    float *b_pack;  // (KC, NC)
+} pack_buffers;
+
+static _Thread_local pack_buffers thread_packs;
+
+static pack_buffers *get_packs(void) {
+    pack_buffers *p = &thread_packs;
+    if (!p->a_pack) {
+        p->a_pack = aligned_alloc(64, sizeof(float) * MC * KC);
+        p->b_pack = aligned_alloc(64, sizeof(float) * (size_t)KC * NC);
+    }
+    return p;
+}
+
+int cpu_sgemm_avx512_available(void) {
+    static int cached = -1;
+    if (cached < 0) cached = __builtin_cpu_supports("avx512f") ? 1 : 0;
+    return cached;
+}
+
+void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                      const float *B, int ldb, float beta, float *C, int ldc) {
+    if (beta == 0.0f) {
+        for (int i = 0; i < M; i++) memset(C + (long)i * ldc, 0, sizeof(float) * (size_t)N);
+    } else if (beta != 1.0f) {
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
+    }
+    if (K <= 0 || alpha == 0.0f) return;
+    long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
+    long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
+    pack_buffers *pk = get_packs();
+    for (int jc = 0; jc < N; jc += NC) {
+        int nc = N - jc < NC ? N - jc : NC;
+        for (int pc = 0; pc < K; pc += KC) {
+            int kc = K - pc < KC ? K - pc : KC;
+            pack_b(pk->b_pack, B + pc * rs_b + jc * cs_b, rs_b, cs_b, kc, nc);
+            for (int ic = 0; ic < M; ic += MC) {
+                int mc = M - ic < MC ? M - ic : MC;
+                pack_a(pk->a_pack, A + ic * rs_a + pc * cs_a, rs_a, cs_a, mc, kc, alpha);
+                for (int jr = 0; jr < nc; jr += NR) {
+                    const float *bp = pk->b_pack + (long)(jr / NR) * kc * NR;
+                    int n = nc - jr < NR ? nc - jr : NR;
+                    for (int ir = 0; ir < mc; ir += MR) {
+                        const float *ap = pk->a_pack + (long)(ir / MR) * kc * MR;
+                        int m = mc - ir < MR ? mc - ir : MR;
+                        micro_kernel(kc, ap, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc, m, n);
+                    }
+                }
+            }
+        }
+    }
+}
