@@ -11,7 +11,7 @@ typedef struct {
     int training;           // dropout active only when training
     uint64_t seed;          // --seed
     uint64_t step;          // optimizer step (and micro-batch) counter: new masks every step
-    uint64_t sample_offset; // global index of this rank's first sample, so masks do not depend on world size
+    uint64_t sample_offset; // reserved for FSDP: global index of this rank's first sample (not used yet)
 } nn_ctx;
 
 // A dropout stream for (module index, site) at the context's step.

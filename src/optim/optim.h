@@ -48,6 +48,6 @@ void fsdp_sgd_update(fsdp_sgd *opt, float lr, float *params, const float *grads,
 // multiply them by: min(1, max_norm / (norm + 1e-6)).
 float fsdp_clip_coefficient(double total_norm, float max_norm);
 
-// Linear warmup from 0 over `warmup` steps, then cosine decay to min_lr at `total` steps.
+// Linear warmup over `warmup` steps (step s gets base_lr*(s+1)/warmup, as llm.c), then cosine decay to min_lr at `total` steps.
 // step counts from 0; total <= warmup means constant after warmup.
 float fsdp_lr_warmup_cosine(int64_t step, float base_lr, int64_t warmup, int64_t total, float min_lr);

@@ -2,6 +2,7 @@
 #include <math.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_math.h"
 
 #define INV_SQRT2 0.70710678118654752440f
 #define INV_SQRT_2PI 0.39894228040143267794f
@@ -18,13 +19,28 @@ void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t 
     for (size_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
 }
 
+// tanh form via 1 + tanh(u) = 2 sigmoid(2u): gelu(x) = x / (1 + exp(-2u)), u = sqrt(2/pi)(x + 0.044715 x^3)
+static inline float gelu_tanh_sigmoid(float x) {
+    float u = SQRT_2_OVER_PI * (x + GELU_TANH_COEF * x * x * x);
+    return 1.0f / (1.0f + expf(-2.0f * u));
+}
+
 void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
     if (tanh_approx) {
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float u = SQRT_2_OVER_PI * (x + GELU_TANH_COEF * x * x * x);
-            out[i] = 0.5f * x * (1.0f + tanhf(u));
+        for (size_t i0 = 0; i0 < n; i0 += 1024) {
+            size_t i1 = i0 + 1024 < n ? i0 + 1024 : n, i = i0;
+#if FSDP_HAVE_AVX512
+            for (; i + 16 <= i1; i += 16) {
+                __m512 x = _mm512_loadu_ps(inp + i);
+                __m512 u = _mm512_mul_ps(_mm512_set1_ps(SQRT_2_OVER_PI),
+                                         _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_TANH_COEF), x),
+                                                         _mm512_mul_ps(x, x), x));
+                __m512 e = vexp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
+                _mm512_storeu_ps(out + i, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+            }
+#endif
+            for (; i < i1; i++) out[i] = inp[i] * gelu_tanh_sigmoid(inp[i]);
         }
     } else {
 #pragma omp parallel for schedule(static)
@@ -34,13 +50,27 @@ void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
 
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx) {
     if (tanh_approx) {
+        // d/dx [x s(2u)] = s + 2 x s (1 - s) u'(x), u' = sqrt(2/pi)(1 + 3 * 0.044715 x^2)
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float u = SQRT_2_OVER_PI * (x + GELU_TANH_COEF * x * x * x);
-            float th = tanhf(u);
-            float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_COEF * x * x);
-            dinp[i] = dout[i] * (0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du);
+        for (size_t i0 = 0; i0 < n; i0 += 1024) {
+            size_t i1 = i0 + 1024 < n ? i0 + 1024 : n, i = i0;
+#if FSDP_HAVE_AVX512
+            const __m512 one = _mm512_set1_ps(1.0f), k0 = _mm512_set1_ps(SQRT_2_OVER_PI);
+            const __m512 k1 = _mm512_set1_ps(GELU_TANH_COEF), k3 = _mm512_set1_ps(3.0f * GELU_TANH_COEF);
+            for (; i + 16 <= i1; i += 16) {
+                __m512 x = _mm512_loadu_ps(inp + i), x2 = _mm512_mul_ps(x, x);
+                __m512 u = _mm512_mul_ps(k0, _mm512_fmadd_ps(_mm512_mul_ps(k1, x), x2, x));
+                __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, vexp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u))));
+                __m512 du = _mm512_mul_ps(k0, _mm512_fmadd_ps(k3, x2, one));
+                __m512 ds = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), _mm512_mul_ps(s, _mm512_sub_ps(one, s))), du);
+                _mm512_storeu_ps(dinp + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), _mm512_add_ps(s, ds)));
+            }
+#endif
+            for (; i < i1; i++) {
+                float x = inp[i], s = gelu_tanh_sigmoid(x);
+                float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_COEF * x * x);
+                dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
+            }
         }
     } else {
 #pragma omp parallel for schedule(static)

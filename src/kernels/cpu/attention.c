@@ -7,6 +7,34 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/vec_math.h"
+
+// row[j] = exp(row[j] - maxv) for j < n; returns the sum
+static float softmax_exp_row(float *row, int n, float maxv) {
+    int j = 0;
+    float sum = 0.0f;
+#if FSDP_HAVE_AVX512
+    __m512 acc = _mm512_setzero_ps(), mv = _mm512_set1_ps(maxv);
+    for (; j + 16 <= n; j += 16) {
+        __m512 e = vexp512(_mm512_sub_ps(_mm512_loadu_ps(row + j), mv));
+        _mm512_storeu_ps(row + j, e);
+        acc = _mm512_add_ps(acc, e);
+    }
+    if (j < n) {
+        __mmask16 m = (__mmask16)((1u << (n - j)) - 1);
+        __m512 e = vexp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, row + j), mv));
+        _mm512_mask_storeu_ps(row + j, m, e);
+        acc = _mm512_add_ps(acc, _mm512_maskz_mov_ps(m, e));
+        j = n;
+    }
+    sum = _mm512_reduce_add_ps(acc);
+#endif
+    for (; j < n; j++) {
+        row[j] = expf(row[j] - maxv);
+        sum += row[j];
+    }
+    return sum;
+}
 
 // copies head h of part `which` (0 q, 1 k, 2 v) of batch b out of qkv into dst (T, hd)
 static void gather_head(float *dst, const float *qkv, const fsdp_attention_dims *d, int b, int h, int which) {
@@ -63,11 +91,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_
                 int valid = d->causal ? i + 1 : T;
                 float maxv = row[0];
                 for (int j = 1; j < valid; j++) maxv = row[j] > maxv ? row[j] : maxv;
-                float sum = 0.0f;
-                for (int j = 0; j < valid; j++) {
-                    row[j] = expf(row[j] - maxv);
-                    sum += row[j];
-                }
+                float sum = softmax_exp_row(row, valid, maxv);
                 float inv = 1.0f / sum;
                 for (int j = 0; j < valid; j++) row[j] *= inv;
                 for (int j = valid; j < T; j++) row[j] = 0.0f;

@@ -10,8 +10,8 @@
 
 #define MR 14
 #define NR 32
-#define KC 384
-#define MC (MR * 12)
+#define KC 256
+#define MC (MR * 24)
 #define NC 3072
 
 #define AVX512 __attribute__((target("avx512f")))
