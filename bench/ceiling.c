@@ -11,6 +11,7 @@
 //   fma_isa avx512
 //   fma_peak_gflops_1t 215.3
 //   fma_peak_gflops_2t 430.1
+//   fma_rounds 6
 //   sgemm_gflops_2t_2048x1536x512 350.2
 //
 // Build: cc -O2 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -162,12 +163,22 @@ int main(int argc, char **argv) {
     printf("openblas_corename %s\n", openblas_get_corename());
     fflush(stdout);
 
-    // ~0.1 s per run at a few GHz; best of `reps` (the machine is noisy).
-    long iters = quick ? 5000000L : 10000000L;
-    int reps = quick ? 2 : 8;
-    printf("fma_peak_gflops_1t %.1f\n", fma_peak(1, iters, reps));
-    fflush(stdout);
-    printf("fma_peak_gflops_2t %.1f\n", fma_peak(2, iters, reps));
+    // ~0.1 s per run at a few GHz. The machine may be shared, so this is a best-of: rounds of
+    // (1 thread, 2 threads) keep the best of each, at least `min_rounds`, and go on (up to
+    // `max_rounds`) while the 2-thread best is under 1.9x the 1-thread best, which means another
+    // process held a core during every 2-thread round so far.
+    long iters = quick ? 10000000L : 40000000L;
+    int min_rounds = quick ? 2 : 6, max_rounds = quick ? 4 : 40, rounds = 0;
+    double best1 = 0, best2 = 0;
+    while (rounds < max_rounds && (rounds < min_rounds || best2 < 1.9 * best1)) {
+        double g1 = fma_peak(1, iters, 1), g2 = fma_peak(2, iters, 1);
+        if (g1 > best1) best1 = g1;
+        if (g2 > best2) best2 = g2;
+        rounds++;
+    }
+    printf("fma_peak_gflops_1t %.1f\n", best1);
+    printf("fma_peak_gflops_2t %.1f\n", best2);
+    printf("fma_rounds %d\n", rounds);
     fflush(stdout);
 
     openblas_set_num_threads(2);

@@ -11,11 +11,12 @@
 #   BENCH_SEED_STEPS=50                 steps of the seed-model runs (ours and PyTorch)
 #   BENCH_TIMEOUT=300                   seconds allowed per run before it is killed
 #   BUILD=build                         build folder (binaries in $BUILD/bin)
+#   BENCH_PYTHON=/usr/bin/python3       the Python that has torch
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-PY=/usr/bin/python3
+PY=${BENCH_PYTHON:-/usr/bin/python3}   # Debian python3-torch; the pyenv python3 on PATH has no torch
 OUT=$BUILD/bench
 LOGS=$OUT/logs
 GPT_STEPS=${BENCH_GPT_STEPS:-6}
@@ -100,6 +101,14 @@ run_logged() {
   [ $rc -eq 0 ] || note "$(basename "$log" .log): exit $rc (timeout is ${TMO}s; see $log)"
   return $rc
 }
+# Percent of all CPU time that was busy over the next second, before we start anything (other
+# users of the machine make every number here slower; this says how much was going on).
+cpu_busy() {
+  local a b
+  read -r -a a < <(head -1 /proc/stat); sleep 1; read -r -a b < <(head -1 /proc/stat)
+  awk -v u=$(( (b[1]+b[2]+b[3]+b[6]+b[7]+b[8]) - (a[1]+a[2]+a[3]+a[6]+a[7]+a[8]) )) \
+      -v i=$(( (b[4]+b[5]) - (a[4]+a[5]) )) 'BEGIN{printf "%.0f", (u + i > 0) ? 100 * u / (u + i) : 0}'
+}
 kv() { awk -v k="$1" '$1 == k {print $2; exit}' "$2"; }   # value of `key value` line in a log
 
 # Table rows collected per setting: "label|ms|tok/s|flops|kind" (kind: ours-gpt, torch-gpt, ours-seed, torch-seed).
@@ -140,24 +149,33 @@ print_table() {
   done
 }
 
+# ---------------------------------------------------------------- ceilings
+# All ceiling runs come first. The FMA peak does not depend on the setting (OpenBLAS SGEMM does), so
+# the %peak columns of every table use the best 2-thread FMA peak over all of them.
+peak=0
+for CT in "${SETTINGS[@]}"; do
+  if [ -n "$CEIL" ] && run_logged "$LOGS/$CT-ceiling.log" "$CEIL"; then
+    peak=$(awk -v a="$peak" -v b="$(kv fma_peak_gflops_2t "$LOGS/$CT-ceiling.log")" 'BEGIN{print (b+0>a+0)?b:a}')
+  fi
+done
+
 # ---------------------------------------------------------------- runs
 for CT in "${SETTINGS[@]}"; do
   ROWS=()
   tag=$CT
   echo
-  # Ceiling (FMA peak does not depend on the setting, OpenBLAS SGEMM does).
-  peak=0 corename=?
-  if [ -n "$CEIL" ] && run_logged "$LOGS/$tag-ceiling.log" "$CEIL"; then
-    peak=$(kv fma_peak_gflops_2t "$LOGS/$tag-ceiling.log")
-    corename=$(kv openblas_corename "$LOGS/$tag-ceiling.log")
-  fi
+  corename=?
+  [ -s "$LOGS/$tag-ceiling.log" ] && corename=$(kv openblas_corename "$LOGS/$tag-ceiling.log")
   if [ "$CT" = env ]; then
     desc="as in the environment (OPENBLAS_CORETYPE=${ENV_CT:-unset}; OpenBLAS uses $corename)"
   else
     desc="OPENBLAS_CORETYPE=$CT (OpenBLAS uses $corename)"
   fi
   echo "== setting: $desc"
-  [ -n "$CEIL" ] && sed -n 's/^\(fma_\|sgemm_\)/   &/p' "$LOGS/$tag-ceiling.log"
+  busy=$(cpu_busy)
+  echo "   machine busy before the training runs: $busy% of all CPU over 1 s (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+  [ "$busy" -ge 20 ] && echo "   WARNING: something else is using the CPU; the numbers below are pessimistic and noisy"
+  [ -n "$CEIL" ] && [ -s "$LOGS/$tag-ceiling.log" ] && sed -n 's/^\(fma_\|sgemm_\)/   &/p' "$LOGS/$tag-ceiling.log"
 
   # ours, GPT-2
   ms=
@@ -216,6 +234,6 @@ for CT in "${SETTINGS[@]}"; do
 
   echo
   print_table "$peak"
-  echo "   (%peak: share of the 2-thread FMA peak ${peak} GFLOP/s; ours/torch: on ours rows ours / best PyTorch"
+  echo "   (%peak: share of the 2-thread FMA peak ${peak} GFLOP/s, best over all settings; ours/torch: on ours rows ours / best PyTorch"
   echo "    tokens/s of that model, on PyTorch rows ours / that row)"
 done

@@ -94,5 +94,6 @@ void cpu_gemm_init(void);  // pins OpenBLAS to one thread: the wrapper splits wo
 void cpu_gemm_select(const char *name);
 const char *cpu_gemm_name(void);
 int cpu_sgemm_avx512_available(void);
+// Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region).
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, float *C, int ldc);
+                      const float *B, int ldb, float beta, float *C, int ldc, int nthreads);

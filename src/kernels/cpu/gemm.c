@@ -34,10 +34,6 @@ const char *cpu_gemm_name(void) {
 
 static void gemm_serial(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                         int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    if (use_own_kernel) {
-        cpu_sgemm_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
-        return;
-    }
     cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
                 M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
@@ -48,6 +44,11 @@ void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const 
     cpu_gemm_init();
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
+    if (use_own_kernel) {  // threads share packed B and take A blocks dynamically
+        cpu_sgemm_avx512(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                         flops < 4e6 ? 1 : nthreads);
+        return;
+    }
     if (nthreads <= 1 || flops < 4e6) {
         gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
         return;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #define MR 14
@@ -21,31 +22,41 @@
 static void pack_a(float *dst, const float *A, long rs, long cs, int mc, int kc, float alpha) {
     for (int p = 0; p < mc; p += MR) {
         int rows = mc - p < MR ? mc - p : MR;
-        if (cs == 1) {
-            for (int k = 0; k < kc; k++) {
-                for (int i = 0; i < rows; i++) dst[k * MR + i] = alpha * A[(long)(p + i) * rs + k];
-                for (int i = rows; i < MR; i++) dst[k * MR + i] = 0.0f;
+        if (cs == 1) {  // rows of A are contiguous in k: read each row once, write with stride MR
+            for (int i = 0; i < rows; i++) {
+                const float *row = A + (long)(p + i) * rs;
+                if (alpha == 1.0f)
+                    for (int k = 0; k < kc; k++) dst[k * MR + i] = row[k];
+                else
+                    for (int k = 0; k < kc; k++) dst[k * MR + i] = alpha * row[k];
             }
-        } else {
+        } else {  // columns of A are contiguous in i
             for (int k = 0; k < kc; k++) {
                 const float *col = A + (long)k * cs + (long)p * rs;
                 for (int i = 0; i < rows; i++) dst[k * MR + i] = alpha * col[(long)i * rs];
-                for (int i = rows; i < MR; i++) dst[k * MR + i] = 0.0f;
             }
         }
+        for (int i = rows; i < MR; i++)
+            for (int k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
         dst += (long)kc * MR;
     }
 }
 
 // dst: ceil(nc/NR) panels, each (kc, NR) contiguous: dst[q][k][j] = B(k0 + k, j0 + q*NR + j), zero past nc.
-static void pack_b(float *dst, const float *B, long rs, long cs, int kc, int nc) {
+AVX512 static void pack_b(float *dst, const float *B, long rs, long cs, int kc, int nc) {
     for (int q = 0; q < nc; q += NR) {
         int cols = nc - q < NR ? nc - q : NR;
-        if (cs == 1) {
+        if (cs == 1 && cols == NR) {
+            for (int k = 0; k < kc; k++) {
+                const float *row = B + (long)k * rs + q;
+                _mm512_store_ps(dst + (long)k * NR, _mm512_loadu_ps(row));
+                _mm512_store_ps(dst + (long)k * NR + 16, _mm512_loadu_ps(row + 16));
+            }
+        } else if (cs == 1) {
             for (int k = 0; k < kc; k++) {
                 const float *row = B + (long)k * rs + q;
                 float *d = dst + (long)k * NR;
-                memcpy(d, row, sizeof(float) * (size_t)cols);
+                for (int j = 0; j < cols; j++) d[j] = row[j];
                 for (int j = cols; j < NR; j++) d[j] = 0.0f;
             }
         } else {
@@ -101,20 +112,16 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
     }
 }
 
-typedef struct {
-    float *a_pack;  // (MC, KC)
-    float *b_pack;  // (KC, NC)
-} pack_buffers;
+// Per-thread A panels, and B panels: per thread for one-thread calls (attention runs many small GEMMs
+// concurrently), one shared block for team calls (threads pack it together, then share it).
+static _Thread_local float *thread_a_pack;  // (MC, KC)
+static _Thread_local float *thread_b_pack;  // (KC, NC)
+static float *shared_b_pack;                // (KC, NC)
 
-static _Thread_local pack_buffers thread_packs;
-
-static pack_buffers *get_packs(void) {
-    pack_buffers *p = &thread_packs;
-    if (!p->a_pack) {
-        p->a_pack = aligned_alloc(64, sizeof(float) * MC * KC);
-        p->b_pack = aligned_alloc(64, sizeof(float) * (size_t)KC * NC);
-    }
-    return p;
+static float *lazy_buffer(float **slot, size_t floats) {
+    if (!*slot) *slot = aligned_alloc(64, sizeof(float) * floats);
+    FSDP_ASSERT(*slot != NULL);
+    return *slot;
 }
 
 int cpu_sgemm_avx512_available(void) {
@@ -123,33 +130,60 @@ int cpu_sgemm_avx512_available(void) {
     return cached;
 }
 
+// Rows per A block: at most MC, a multiple of MR, and enough blocks that `nthreads` threads get equal
+// shares (dynamic scheduling then absorbs uneven core speed).
+static int a_block_rows(int M, int nthreads) {
+    if (nthreads <= 1) return MC;
+    int per_round = nthreads * MC;
+    int rounds = (M + per_round - 1) / per_round;
+    int blocks = rounds * nthreads * 2;
+    int rows = (M + blocks - 1) / blocks;
+    rows = (rows + MR - 1) / MR * MR;
+    return rows < MR ? MR : rows;
+}
+
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                      const float *B, int ldb, float beta, float *C, int ldc) {
-    if (beta == 0.0f) {
-        for (int i = 0; i < M; i++) memset(C + (long)i * ldc, 0, sizeof(float) * (size_t)N);
-    } else if (beta != 1.0f) {
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
-    }
-    if (K <= 0 || alpha == 0.0f) return;
+                      const float *B, int ldb, float beta, float *C, int ldc, int nthreads) {
     long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
     long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
-    pack_buffers *pk = get_packs();
-    for (int jc = 0; jc < N; jc += NC) {
-        int nc = N - jc < NC ? N - jc : NC;
-        for (int pc = 0; pc < K; pc += KC) {
-            int kc = K - pc < KC ? K - pc : KC;
-            pack_b(pk->b_pack, B + pc * rs_b + jc * cs_b, rs_b, cs_b, kc, nc);
-            for (int ic = 0; ic < M; ic += MC) {
-                int mc = M - ic < MC ? M - ic : MC;
-                pack_a(pk->a_pack, A + ic * rs_a + pc * cs_a, rs_a, cs_a, mc, kc, alpha);
-                for (int jr = 0; jr < nc; jr += NR) {
-                    const float *bp = pk->b_pack + (long)(jr / NR) * kc * NR;
-                    int n = nc - jr < NR ? nc - jr : NR;
-                    for (int ir = 0; ir < mc; ir += MR) {
-                        const float *ap = pk->a_pack + (long)(ir / MR) * kc * MR;
-                        int m = mc - ir < MR ? mc - ir : MR;
-                        micro_kernel(kc, ap, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc, m, n);
+    int mc_rows = a_block_rows(M, nthreads);
+    int n_blocks = (M + mc_rows - 1) / mc_rows;
+    float *b_pack = nthreads > 1 ? lazy_buffer(&shared_b_pack, (size_t)KC * NC)
+                                 : lazy_buffer(&thread_b_pack, (size_t)KC * NC);
+#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
+    {
+        float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
+        if (beta != 1.0f) {
+#pragma omp for schedule(static)
+            for (int i = 0; i < M; i++) {
+                float *row = C + (long)i * ldc;
+                if (beta == 0.0f) memset(row, 0, sizeof(float) * (size_t)N);
+                else for (int j = 0; j < N; j++) row[j] *= beta;
+            }
+        }
+        for (int jc = 0; jc < N && K > 0 && alpha != 0.0f; jc += NC) {
+            int nc = N - jc < NC ? N - jc : NC;
+            int n_panels = (nc + NR - 1) / NR;
+            for (int pc = 0; pc < K; pc += KC) {
+                int kc = K - pc < KC ? K - pc : KC;
+#pragma omp for schedule(static)
+                for (int q = 0; q < n_panels; q++) {
+                    int cols = nc - q * NR < NR ? nc - q * NR : NR;
+                    pack_b(b_pack + (long)q * kc * NR, B + pc * rs_b + (jc + q * NR) * cs_b, rs_b, cs_b, kc, cols);
+                }
+#pragma omp for schedule(dynamic, 1)
+                for (int blk = 0; blk < n_blocks; blk++) {
+                    int ic = blk * mc_rows;
+                    int mc = M - ic < mc_rows ? M - ic : mc_rows;
+                    pack_a(a_pack, A + ic * rs_a + pc * cs_a, rs_a, cs_a, mc, kc, alpha);
+                    for (int jr = 0; jr < nc; jr += NR) {
+                        const float *bp = b_pack + (long)(jr / NR) * kc * NR;
+                        int n = nc - jr < NR ? nc - jr : NR;
+                        for (int ir = 0; ir < mc; ir += MR) {
+                            const float *ap = a_pack + (long)(ir / MR) * kc * MR;
+                            int m = mc - ir < MR ? mc - ir : MR;
+                            micro_kernel(kc, ap, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc, m, n);
+                        }
                     }
                 }
             }
