@@ -17,27 +17,70 @@
 
 #define AVX512 __attribute__((target("avx512f")))
 
+// In-register transpose of a 16x16 block: r[i] holds row i on entry and column i on exit.
+AVX512 static inline void transpose16(__m512 r[16]) {
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xDD);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+    }
+}
+
+static inline __mmask16 first_lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1); }
+
+// Transposes `lines` (<= 16) vectors of `len` contiguous floats (line l at src + l*stride) into
+// `len` rows of dst (row k at dst + k*dst_stride, `lines` floats each), scaled by alpha.
+AVX512 static void transpose_lines(float *dst, long dst_stride, const float *src, long stride, int lines,
+                                   int len, float alpha) {
+    __m512 va = _mm512_set1_ps(alpha);
+    for (int k0 = 0; k0 < len; k0 += 16) {
+        int kn = len - k0 < 16 ? len - k0 : 16;
+        __mmask16 km = first_lanes(kn), lm = first_lanes(lines);
+        __m512 r[16];
+        for (int l = 0; l < 16; l++)
+            r[l] = l < lines ? _mm512_maskz_loadu_ps(km, src + (long)l * stride + k0) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int k = 0; k < kn; k++)
+            _mm512_mask_storeu_ps(dst + (long)(k0 + k) * dst_stride, lm, alpha == 1.0f ? r[k] : _mm512_mul_ps(va, r[k]));
+    }
+}
+
 // dst: ceil(mc/MR) panels, each (kc, MR) contiguous: dst[p][k][i] = alpha * A(i0 + p*MR + i, k0 + k),
 // zero past mc. A(i, k) = A[i*rs + k*cs].
-static void pack_a(float *dst, const float *A, long rs, long cs, int mc, int kc, float alpha) {
+AVX512 static void pack_a(float *dst, const float *A, long rs, long cs, int mc, int kc, float alpha) {
+    __m512 va = _mm512_set1_ps(alpha);
     for (int p = 0; p < mc; p += MR) {
         int rows = mc - p < MR ? mc - p : MR;
-        if (cs == 1) {  // rows of A are contiguous in k: read each row once, write with stride MR
-            for (int i = 0; i < rows; i++) {
-                const float *row = A + (long)(p + i) * rs;
-                if (alpha == 1.0f)
-                    for (int k = 0; k < kc; k++) dst[k * MR + i] = row[k];
-                else
-                    for (int k = 0; k < kc; k++) dst[k * MR + i] = alpha * row[k];
-            }
-        } else {  // columns of A are contiguous in i
+        if (cs == 1) {  // rows of A are contiguous in k: transpose 16-wide blocks
+            transpose_lines(dst, MR, A + (long)p * rs, rs, rows, kc, alpha);
+            for (int i = rows; i < MR; i++)
+                for (int k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
+        } else if (rs == 1) {  // columns of A are contiguous in i: one masked copy per k
+            __mmask16 in = first_lanes(rows), out = first_lanes(MR);
             for (int k = 0; k < kc; k++) {
-                const float *col = A + (long)k * cs + (long)p * rs;
-                for (int i = 0; i < rows; i++) dst[k * MR + i] = alpha * col[(long)i * rs];
+                __m512 v = _mm512_maskz_loadu_ps(in, A + (long)k * cs + p);
+                _mm512_mask_storeu_ps(dst + k * MR, out, alpha == 1.0f ? v : _mm512_mul_ps(va, v));
             }
+        } else {
+            for (int k = 0; k < kc; k++)
+                for (int i = 0; i < MR; i++)
+                    dst[k * MR + i] = i < rows ? alpha * A[(long)(p + i) * rs + (long)k * cs] : 0.0f;
         }
-        for (int i = rows; i < MR; i++)
-            for (int k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
         dst += (long)kc * MR;
     }
 }
@@ -59,13 +102,17 @@ AVX512 static void pack_b(float *dst, const float *B, long rs, long cs, int kc, 
                 for (int j = 0; j < cols; j++) d[j] = row[j];
                 for (int j = cols; j < NR; j++) d[j] = 0.0f;
             }
-        } else {
-            for (int j = 0; j < cols; j++) {
-                const float *col = B + (long)(q + j) * cs;
-                for (int k = 0; k < kc; k++) dst[(long)k * NR + j] = col[(long)k * rs];
+        } else if (rs == 1) {  // columns of B are contiguous in k: transpose 16 columns at a time
+            for (int j0 = 0; j0 < NR; j0 += 16) {
+                int lines = cols - j0 < 16 ? (cols - j0 > 0 ? cols - j0 : 0) : 16;
+                if (lines > 0) transpose_lines(dst + j0, NR, B + (long)(q + j0) * cs, cs, lines, kc, 1.0f);
+                for (int j = j0 + lines; j < j0 + 16; j++)
+                    for (int k = 0; k < kc; k++) dst[(long)k * NR + j] = 0.0f;
             }
-            for (int j = cols; j < NR; j++)
-                for (int k = 0; k < kc; k++) dst[(long)k * NR + j] = 0.0f;
+        } else {
+            for (int k = 0; k < kc; k++)
+                for (int j = 0; j < NR; j++)
+                    dst[(long)k * NR + j] = j < cols ? B[(long)k * rs + (long)(q + j) * cs] : 0.0f;
         }
         dst += (long)kc * NR;
     }
@@ -80,7 +127,6 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
            c11b = c0a, c12a = c0a, c12b = c0a, c13a = c0a, c13b = c0a;
     for (int k = 0; k < kc; k++) {
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
-        _mm_prefetch((const char *)(b + 8 * NR), _MM_HINT_T0);
         __m512 av;
 #define STEP(i)                                      \
     av = _mm512_set1_ps(a[i]);                       \

@@ -1,0 +1,95 @@
+// test_gemm.c: both GEMM paths (our AVX-512 kernel on 1 and 2 threads, CBLAS) against a naive
+// double-precision reference, for every transposition, edge sizes around the tile and block sizes,
+// leading dimensions larger than the width, and alpha/beta in {0, 1, other}.
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/kernels.h"
+#include "test.h"
+
+static float value(long i, int salt) { return (float)((i * 2654435761u + (unsigned)salt * 40503u) % 2001) / 1000.0f - 1.0f; }
+
+// C (M, N, ldc) = alpha op(A) op(B) + beta C, in double; bound (M, N, ldc) = the float rounding-error
+// bound (K + 2) * eps * (|alpha| sum |a b| + |beta c|), which a lost or doubled term exceeds
+static void reference(int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+                      int ldb, float beta, const float *C0, float *C, double *bound, int ldc) {
+    for (int i = 0; i < M; i++)
+        for (int j = 0; j < N; j++) {
+            double acc = 0.0, mag = 0.0;
+            for (int k = 0; k < K; k++) {
+                double a = ta ? A[(long)k * lda + i] : A[(long)i * lda + k];
+                double b = tb ? B[(long)j * ldb + k] : B[(long)k * ldb + j];
+                acc += a * b;
+                mag += fabs(a * b);
+            }
+            double c0 = beta == 0.0f ? 0.0 : beta * C0[(long)i * ldc + j];
+            C[(long)i * ldc + j] = (float)(alpha * acc + c0);
+            bound[(long)i * ldc + j] = (K + 2) * 1.2e-7 * (fabs(alpha) * mag + fabs(c0)) + 1e-30;
+        }
+}
+
+static int run_case(const char *path, int threads, int ta, int tb, int M, int N, int K, float alpha, float beta) {
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+    long asz = (long)(ta ? K : M) * lda, bsz = (long)(tb ? N : K) * ldb, csz = (long)M * ldc;
+    float *A = malloc(sizeof(float) * asz), *B = malloc(sizeof(float) * bsz);
+    float *C0 = malloc(sizeof(float) * csz), *C = malloc(sizeof(float) * csz), *R = malloc(sizeof(float) * csz);
+    double *bound = malloc(sizeof(double) * csz);
+    for (long i = 0; i < asz; i++) A[i] = value(i, 1);
+    for (long i = 0; i < bsz; i++) B[i] = value(i, 2);
+    for (long i = 0; i < csz; i++) C0[i] = value(i, 3);
+    if (beta == 0.0f)  // beta = 0 must ignore NaN in C, as BLAS does
+        for (long i = 0; i < csz; i += 97) C0[i] = NAN;
+    memcpy(C, C0, sizeof(float) * csz);
+    memcpy(R, C0, sizeof(float) * csz);
+    reference(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C0, R, bound, ldc);
+    if (strcmp(path, "avx512") == 0) cpu_sgemm_avx512(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads);
+    else cpu_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    double worst = 0.0;
+    int untouched_ok = 1;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double err = fabs((double)C[(long)i * ldc + j] - R[(long)i * ldc + j]) / bound[(long)i * ldc + j];
+            worst = err > worst ? err : worst;
+        }
+        for (int j = N; j < ldc; j++)  // padding columns must be left alone
+            if (memcmp(&C[(long)i * ldc + j], &C0[(long)i * ldc + j], sizeof(float))) untouched_ok = 0;
+    }
+    int ok = worst <= 1.0 && untouched_ok;  // worst: error as a fraction of the rounding bound
+    if (!ok)
+        fprintf(stderr, "%s threads %d ta %d tb %d M %d N %d K %d alpha %g beta %g: worst %g untouched %d\n", path,
+                threads, ta, tb, M, N, K, (double)alpha, (double)beta, worst, untouched_ok);
+    free(A);
+    free(B);
+    free(C0);
+    free(C);
+    free(R);
+    free(bound);
+    return ok;
+}
+
+int main(void) {
+    int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257},
+                      {100, 17, 5}, {345, 70, 40}, {700, 96, 33}, {64, 3100, 9}, {3, 5, 520}};
+    float alphas[] = {1.0f, 0.5f, 0.0f}, betas[] = {0.0f, 1.0f, -0.75f};
+    int cases = 0;
+    for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++)
+                for (int ab = 0; ab < 3; ab++) {
+                    int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                    float alpha = alphas[ab], beta = betas[(ab + s) % 3];
+                    if (cpu_sgemm_avx512_available()) {
+                        CHECK(run_case("avx512", 1, ta, tb, M, N, K, alpha, beta));
+                        CHECK(run_case("avx512", 2, ta, tb, M, N, K, alpha, beta));
+                    }
+                    cpu_gemm_select("openblas");
+                    CHECK(run_case("cpu_gemm/openblas", 2, ta, tb, M, N, K, alpha, beta));
+                    cpu_gemm_select(NULL);
+                    CHECK(run_case("cpu_gemm/default", 2, ta, tb, M, N, K, alpha, beta));
+                    cases++;
+                }
+    printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
+           cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");
+    TEST_MAIN_END();
+}
