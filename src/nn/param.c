@@ -57,14 +57,21 @@ void nn_params_bind_flat(nn_params *ps, float *data, float *grad) {
 
 void nn_param_init_slice(const nn_param *p, uint64_t seed, int64_t offset, int64_t n, float *dst) {
     fsdp_rng rng = {seed, fsdp_hash_name(p->name)};
-    switch (p->init.kind) {
-    case NN_INIT_ZEROS: memset(dst, 0, sizeof(float) * (size_t)n); break;
-    case NN_INIT_ONES:
-        for (int64_t i = 0; i < n; i++) dst[i] = 1.0f;
-        break;
-    case NN_INIT_UNIFORM:
-        fsdp_rng_uniform_range(rng, (uint64_t)offset, dst, (size_t)n, -p->init.scale, p->init.scale);
-        break;
-    case NN_INIT_NORMAL: fsdp_rng_normal(rng, (uint64_t)offset, dst, (size_t)n, 0.0f, p->init.scale); break;
+    // chunks are independent: element i's value depends only on (seed, name, offset + i)
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t c0 = 0; c0 < n; c0 += 16384) {
+        int64_t c = n - c0 < 16384 ? n - c0 : 16384;
+        float *d = dst + c0;
+        uint64_t at = (uint64_t)(offset + c0);
+        switch (p->init.kind) {
+        case NN_INIT_ZEROS: memset(d, 0, sizeof(float) * (size_t)c); break;
+        case NN_INIT_ONES:
+            for (int64_t i = 0; i < c; i++) d[i] = 1.0f;
+            break;
+        case NN_INIT_UNIFORM:
+            fsdp_rng_uniform_range(rng, at, d, (size_t)c, -p->init.scale, p->init.scale);
+            break;
+        case NN_INIT_NORMAL: fsdp_rng_normal(rng, at, d, (size_t)c, 0.0f, p->init.scale); break;
+        }
     }
 }
