@@ -1,0 +1,260 @@
+// comm.c: process groups (world, split), the local backend and the MPI backend's dispatch between
+// shared-memory and MPI collectives, nonblocking requests and statistics.
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/alloc.h"
+#include "core/timer.h"
+
+static int launched_by_mpi(void) {
+    const char *vars[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS", "SLURM_STEP_NUM_TASKS"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i])) return 1;
+    return 0;
+}
+
+static MPI_Datatype mpi_type(fsdp_dtype dt) { return dt == FSDP_F32 ? MPI_FLOAT : MPI_UINT16_T; }
+
+static fsdp_comm *comm_new(comm_backend b) {
+    fsdp_comm *c = calloc(1, sizeof *c);
+    if (c) c->backend = b;
+    return c;
+}
+
+static fsdp_status mpi_group(fsdp_comm *c, MPI_Comm m) {
+    c->mpi = m;
+    MPI_Comm_rank(m, &c->rank);
+    MPI_Comm_size(m, &c->size);
+    return c->size > 1 ? comm_shm_setup(c) : FSDP_OK;
+}
+
+fsdp_status fsdp_comm_world(fsdp_comm **world, int *argc, char ***argv) {
+    fsdp_mem_init();  // Open MPI's temporary buffers must not go back to the kernel on every call
+    *world = NULL;
+    if (!launched_by_mpi()) {
+        fsdp_comm *c = comm_new(COMM_LOCAL);
+        if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+        c->size = 1;
+        *world = c;
+        return FSDP_OK;
+    }
+    int initialized = 0, provided = 0;
+    MPI_Initialized(&initialized);
+    if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
+        return fsdp_error(FSDP_ERR_COMM, "MPI_Init_thread failed");
+    fsdp_comm *c = comm_new(COMM_MPI);
+    if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    c->owns_mpi = !initialized;
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    *world = c;
+    return mpi_group(c, dup);
+}
+
+fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **out) {
+    *out = NULL;
+    fsdp_comm *c = comm_new(parent->backend);
+    if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    *out = c;
+    if (parent->backend == COMM_LOCAL) {
+        c->size = 1;
+        return FSDP_OK;
+    }
+    MPI_Comm m;
+    if (MPI_Comm_split(parent->mpi, color, key, &m) != MPI_SUCCESS)
+        return fsdp_error(FSDP_ERR_COMM, "MPI_Comm_split failed");
+    return mpi_group(c, m);
+}
+
+fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out) {
+    *out = NULL;
+    fsdp_comm *c = comm_new(parent->backend);
+    if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    *out = c;
+    if (parent->backend == COMM_LOCAL) {
+        c->size = 1;
+        return FSDP_OK;
+    }
+    MPI_Comm m;
+    MPI_Comm_split_type(parent->mpi, MPI_COMM_TYPE_SHARED, parent->rank, MPI_INFO_NULL, &m);
+    return mpi_group(c, m);
+}
+
+void fsdp_comm_free(fsdp_comm *c) {
+    if (!c) return;
+    if (c->backend == COMM_MPI) {
+        comm_shm_free(c);
+        MPI_Comm_free(&c->mpi);
+        if (c->owns_mpi) MPI_Finalize();
+    }
+    free(c);
+}
+
+int fsdp_comm_rank(const fsdp_comm *c) { return c->rank; }
+int fsdp_comm_size(const fsdp_comm *c) { return c->size; }
+const char *fsdp_comm_backend(const fsdp_comm *c) {
+    return c->backend == COMM_LOCAL ? "local" : c->shm ? "mpi+shm" : "mpi";
+}
+fsdp_comm_stats fsdp_comm_get_stats(const fsdp_comm *c) { return c->stats; }
+
+static void account(fsdp_comm *c, double t0, size_t bytes) {
+    c->stats.seconds += fsdp_now_sec() - t0;
+    c->stats.bytes_sent += bytes;
+    c->stats.calls++;
+}
+
+static void scale_f32(void *buf, size_t n, float s) {
+    float *x = buf;
+    for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+static fsdp_status mpi_check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return FSDP_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return fsdp_error(FSDP_ERR_COMM, "%s failed: %s", what, msg);
+}
+
+fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
+    size_t bytes = count * fsdp_dtype_size(dt);
+    if (c->size == 1) {
+        if (recv != send) memmove(recv, send, bytes);
+        return FSDP_OK;
+    }
+    double t0 = fsdp_now_sec();
+    fsdp_status s;
+    if (c->shm) {
+        s = comm_shm_all_gather(c, send, recv, count, dt);
+    } else {
+        const void *src = send == (const unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+        s = mpi_check(MPI_Allgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi),
+                      "MPI_Allgather");
+    }
+    account(c, t0, bytes * (size_t)(c->size - 1));
+    return s;
+}
+
+fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                fsdp_reduce_op op) {
+    if (c->size == 1) {
+        if (recv != send) memmove(recv, send, count * fsdp_dtype_size(dt));
+        return FSDP_OK;
+    }
+    double t0 = fsdp_now_sec();
+    fsdp_status s;
+    if (c->shm) {
+        s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
+    } else if (dt == FSDP_F32) {
+        s = mpi_check(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi),
+                      "MPI_Reduce_scatter_block");
+        if (op == FSDP_AVG) scale_f32(recv, count, 1.0f / (float)c->size);
+    } else {
+        s = fsdp_error(FSDP_ERR_INVALID_ARG, "bf16 reduce-scatter needs ranks on one node (shared memory)");
+    }
+    account(c, t0, count * fsdp_dtype_size(dt) * (size_t)(c->size - 1));
+    return s;
+}
+
+fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
+    if (c->size == 1) return FSDP_OK;
+    double t0 = fsdp_now_sec();
+    fsdp_status s;
+    if (c->shm) {
+        s = comm_shm_all_reduce(c, buf, count, dt, op);
+    } else if (dt == FSDP_F32) {
+        s = mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi), "MPI_Allreduce");
+        if (op == FSDP_AVG) scale_f32(buf, count, 1.0f / (float)c->size);
+    } else {
+        s = fsdp_error(FSDP_ERR_INVALID_ARG, "bf16 all-reduce needs ranks on one node (shared memory)");
+    }
+    account(c, t0, 2 * count * fsdp_dtype_size(dt) * (size_t)(c->size - 1) / (size_t)c->size);
+    return s;
+}
+
+fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root) {
+    if (c->size == 1) return FSDP_OK;
+    double t0 = fsdp_now_sec();
+    fsdp_status s = mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
+    account(c, t0, c->rank == root ? count * fsdp_dtype_size(dt) : 0);
+    return s;
+}
+
+fsdp_status fsdp_barrier(fsdp_comm *c) {
+    return c->size == 1 ? FSDP_OK : mpi_check(MPI_Barrier(c->mpi), "MPI_Barrier");
+}
+
+fsdp_status fsdp_all_reduce_double(fsdp_comm *c, double *value) {
+    if (c->size == 1) return FSDP_OK;
+    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->mpi), "MPI_Allreduce");
+}
+
+static fsdp_status new_request(fsdp_comm *c, fsdp_comm_request **req) {
+    *req = calloc(1, sizeof **req);
+    if (!*req) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    (*req)->comm = c;
+    (*req)->mpi = MPI_REQUEST_NULL;
+    (*req)->started = fsdp_now_sec();
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                             fsdp_comm_request **req) {
+    FSDP_CHECK(new_request(c, req));
+    if (c->backend == COMM_LOCAL || c->shm || c->size == 1) return fsdp_all_gather(c, send, recv, count, dt);
+    size_t bytes = count * fsdp_dtype_size(dt);
+    const void *src = send == (const unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
+    (*req)->bytes = bytes * (size_t)(c->size - 1);
+    return mpi_check(MPI_Iallgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi,
+                                    &(*req)->mpi), "MPI_Iallgather");
+}
+
+fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                 fsdp_reduce_op op, fsdp_comm_request **req) {
+    FSDP_CHECK(new_request(c, req));
+    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32)
+        return fsdp_reduce_scatter(c, send, recv, count, dt, op);
+    (*req)->bytes = count * sizeof(float) * (size_t)(c->size - 1);
+    if (op == FSDP_AVG) {
+        (*req)->scale_buf = recv;
+        (*req)->scale_count = count;
+    }
+    return mpi_check(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
+                     "MPI_Ireduce_scatter_block");
+}
+
+fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
+                             fsdp_comm_request **req) {
+    FSDP_CHECK(new_request(c, req));
+    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32)
+        return fsdp_all_reduce(c, buf, count, dt, op);
+    (*req)->bytes = 2 * count * sizeof(float);
+    if (op == FSDP_AVG) {
+        (*req)->scale_buf = buf;
+        (*req)->scale_count = count;
+    }
+    return mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
+                     "MPI_Iallreduce");
+}
+
+fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
+    if (req->mpi == MPI_REQUEST_NULL) {
+        *done = 1;
+        return FSDP_OK;
+    }
+    return mpi_check(MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE), "MPI_Test");
+}
+
+fsdp_status fsdp_comm_wait(fsdp_comm_request *req) {
+    if (!req) return FSDP_OK;
+    fsdp_status s = FSDP_OK;
+    if (req->mpi != MPI_REQUEST_NULL) {
+        double t0 = fsdp_now_sec();
+        s = mpi_check(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE), "MPI_Wait");
+        account(req->comm, t0, req->bytes);
+    }
+    if (req->scale_buf) scale_f32(req->scale_buf, req->scale_count, 1.0f / (float)req->comm->size);
+    free(req);
+    return s;
+}

@@ -1,0 +1,62 @@
+// comm.h: process groups and collectives. Backends: `local` (one process, no MPI) and `mpi`
+// (Open MPI or MPICH; ranks on one node reduce-scatter and all-gather through an MPI shared-memory
+// window, others use MPI's collectives). NCCL slots in later behind the same calls.
+//
+// Semantics follow NCCL's (counts are per rank):
+//   all_gather(send, recv, count):      recv (size*count) = concat of every rank's send (count);
+//                                       in place when send == recv + rank*count
+//   reduce_scatter(send, recv, count):  recv (count) = op over ranks of send[rank*count .. +count]
+//   all_reduce(buf, count):             buf (count) = op over ranks, in place
+//   broadcast(buf, count, root):        buf (count) = root's buf
+// Every rank of the group must make the same calls in the same order with the same counts.
+#pragma once
+#include <stddef.h>
+
+#include "core/status.h"
+#include "tensor/tensor.h"
+
+typedef struct fsdp_comm fsdp_comm;  // opaque process group
+
+typedef enum { FSDP_SUM = 0, FSDP_AVG = 1 } fsdp_reduce_op;
+
+// The world: MPI when the process was started by an MPI launcher (mpirun/mpiexec, srun), the local
+// backend otherwise (a plain process is a world of one). argc/argv may be NULL.
+fsdp_status fsdp_comm_world(fsdp_comm **world, int *argc, char ***argv);
+// Splits `parent` into groups of ranks with equal `color`, ordered by `key` (MPI_Comm_split).
+fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **out);
+// Ranks of `parent` that share a node (MPI_COMM_TYPE_SHARED).
+fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out);
+void fsdp_comm_free(fsdp_comm *comm);  // for the world: also MPI_Finalize
+int fsdp_comm_rank(const fsdp_comm *comm);
+int fsdp_comm_size(const fsdp_comm *comm);
+const char *fsdp_comm_backend(const fsdp_comm *comm);  // "local", "mpi", "mpi+shm"
+
+fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);
+fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                fsdp_reduce_op op);
+fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op);
+fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root);
+fsdp_status fsdp_barrier(fsdp_comm *c);
+// all_reduce of one double (sum): global loss and norms
+fsdp_status fsdp_all_reduce_double(fsdp_comm *c, double *value);
+
+// Nonblocking forms: start now, complete with fsdp_comm_wait/test. Buffers must stay untouched until
+// completion. Where the backend cannot run a collective in the background (local, shared memory) the
+// start runs it to completion and the request is already done.
+typedef struct fsdp_comm_request fsdp_comm_request;
+fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                             fsdp_comm_request **req);
+fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                 fsdp_reduce_op op, fsdp_comm_request **req);
+fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
+                             fsdp_comm_request **req);
+fsdp_status fsdp_comm_wait(fsdp_comm_request *req);            // completes and frees the request
+fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done);  // *done = 1 when complete (then call wait)
+
+// Communication statistics of this process: bytes moved and seconds spent inside collectives.
+typedef struct {
+    double seconds;
+    size_t bytes_sent;
+    size_t calls;
+} fsdp_comm_stats;
+fsdp_comm_stats fsdp_comm_get_stats(const fsdp_comm *c);

@@ -1,0 +1,38 @@
+// comm_impl.h: the process-group struct shared by the comm backends (not part of the public API).
+#pragma once
+#include <mpi.h>
+
+#include "comm/comm.h"
+
+typedef enum { COMM_LOCAL, COMM_MPI } comm_backend;
+
+struct fsdp_comm {
+    comm_backend backend;
+    int rank, size;
+    int owns_mpi;        // the world that called MPI_Init: finalizes on free
+    MPI_Comm mpi;        // COMM_MPI only
+    // shared-memory collectives (COMM_MPI with every rank on one node)
+    int shm;             // 1 when the window below is usable
+    MPI_Win win;
+    unsigned char **seg; // (size,) base of each rank's segment in the window
+    size_t seg_bytes;    // capacity of one segment; each holds two halves for double buffering
+    int parity;          // which half the next collective uses
+    fsdp_comm_stats stats;
+};
+
+struct fsdp_comm_request {
+    fsdp_comm *comm;
+    MPI_Request mpi;     // MPI_REQUEST_NULL when already complete
+    float *scale_buf;    // AVG: divide these `scale_count` floats by the group size at completion
+    size_t scale_count;
+    double started;
+    size_t bytes;
+};
+
+// shared-memory collectives (comm_shm.c); each returns FSDP_OK or an error with a message
+fsdp_status comm_shm_setup(fsdp_comm *c);
+void comm_shm_free(fsdp_comm *c);
+fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);
+fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                    fsdp_reduce_op op);
+fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op);

@@ -1,0 +1,146 @@
+// comm_shm.c: collectives among ranks of one node through an MPI shared-memory window.
+// Each rank owns a segment split into two halves; consecutive collectives alternate halves, so one
+// barrier per call suffices: a rank can only write a half again after every rank has passed the
+// barrier of the following call, i.e. finished reading that half. Sums run in a fixed rank order,
+// so every rank computes bit-identical results.
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/timer.h"
+
+static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
+    MPI_Aint bytes = (MPI_Aint)seg_bytes;
+    void *base = NULL;
+    if (MPI_Win_allocate_shared(bytes, 64, MPI_INFO_NULL, c->mpi, &base, &c->win) != MPI_SUCCESS)
+        return fsdp_error(FSDP_ERR_COMM, "MPI_Win_allocate_shared of %zu bytes failed", seg_bytes);
+    for (int r = 0; r < c->size; r++) {
+        MPI_Aint sz;
+        int disp;
+        MPI_Win_shared_query(c->win, r, &sz, &disp, &c->seg[r]);
+    }
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win);
+    c->seg_bytes = seg_bytes;
+    return FSDP_OK;
+}
+
+static void release_window(fsdp_comm *c) {
+    if (c->seg_bytes) {
+        MPI_Win_unlock_all(c->win);
+        MPI_Win_free(&c->win);
+        c->seg_bytes = 0;
+    }
+}
+
+fsdp_status comm_shm_setup(fsdp_comm *c) {
+    c->shm = 0;
+    MPI_Comm node;
+    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_size;
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    int all_local = node_size == c->size, everyone;
+    MPI_Allreduce(&all_local, &everyone, 1, MPI_INT, MPI_MIN, c->mpi);
+    if (!everyone || getenv("FSDP_COMM_NO_SHM")) return FSDP_OK;
+    c->seg = calloc((size_t)c->size, sizeof(unsigned char *));
+    if (!c->seg) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    c->shm = 1;
+    return FSDP_OK;
+}
+
+void comm_shm_free(fsdp_comm *c) {
+    if (!c->shm) return;
+    release_window(c);
+    free(c->seg);
+    c->seg = NULL;
+    c->shm = 0;
+}
+
+// Makes each half of every segment hold at least `bytes`; collective (all ranks ask the same size).
+static fsdp_status ensure_capacity(fsdp_comm *c, size_t bytes) {
+    size_t need = 2 * ((bytes + 63) / 64 * 64);
+    if (need <= c->seg_bytes) return FSDP_OK;
+    size_t grow = c->seg_bytes * 2 > need ? c->seg_bytes * 2 : need;
+    release_window(c);
+    return alloc_window(c, grow);
+}
+
+static unsigned char *half_of(fsdp_comm *c, int rank, int half) {
+    return c->seg[rank] + (size_t)half * (c->seg_bytes / 2);
+}
+
+static void sync_all(fsdp_comm *c) {
+    MPI_Win_sync(c->win);
+    MPI_Barrier(c->mpi);
+    MPI_Win_sync(c->win);
+}
+
+// dst (n,) = sum over ranks r of src_r (n,) in rank order, then * scale; dtype dt for dst and sources
+static void sum_segments(fsdp_comm *c, int half, size_t offset_bytes, void *dst, size_t n, fsdp_dtype dt,
+                         float scale) {
+    if (dt == FSDP_F32) {
+        float *out = dst;
+#pragma omp parallel for schedule(static) if (n > 32768)
+        for (size_t i0 = 0; i0 < n; i0 += 4096) {
+            size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
+            const float *s0 = (const float *)(half_of(c, 0, half) + offset_bytes);
+            for (size_t i = i0; i < i1; i++) out[i] = s0[i];
+            for (int r = 1; r < c->size; r++) {
+                const float *s = (const float *)(half_of(c, r, half) + offset_bytes);
+#pragma omp simd
+                for (size_t i = i0; i < i1; i++) out[i] += s[i];
+            }
+            if (scale != 1.0f)
+                for (size_t i = i0; i < i1; i++) out[i] *= scale;
+        }
+    } else {  // bf16 payload, fp32 accumulation
+        fsdp_bf16 *out = dst;
+#pragma omp parallel for schedule(static) if (n > 32768)
+        for (size_t i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (int r = 0; r < c->size; r++)
+                acc += fsdp_bf16_to_f32(((const fsdp_bf16 *)(half_of(c, r, half) + offset_bytes))[i]);
+            out[i] = fsdp_f32_to_bf16(acc * scale);
+        }
+    }
+}
+
+fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
+    size_t bytes = count * fsdp_dtype_size(dt);
+    FSDP_CHECK(ensure_capacity(c, bytes));
+    int half = c->parity;
+    c->parity ^= 1;
+    memcpy(half_of(c, c->rank, half), send, bytes);
+    sync_all(c);
+    for (int r = 0; r < c->size; r++) {
+        unsigned char *dst = (unsigned char *)recv + (size_t)r * bytes;
+        if (r == c->rank && dst == send) continue;
+        memcpy(dst, half_of(c, r, half), bytes);
+    }
+    return FSDP_OK;
+}
+
+fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                    fsdp_reduce_op op) {
+    size_t esize = fsdp_dtype_size(dt), bytes = count * esize * (size_t)c->size;
+    FSDP_CHECK(ensure_capacity(c, bytes));
+    int half = c->parity;
+    c->parity ^= 1;
+    memcpy(half_of(c, c->rank, half), send, bytes);
+    sync_all(c);
+    float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
+    sum_segments(c, half, (size_t)c->rank * count * esize, recv, count, dt, scale);
+    return FSDP_OK;
+}
+
+fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
+    size_t esize = fsdp_dtype_size(dt), bytes = count * esize;
+    FSDP_CHECK(ensure_capacity(c, bytes));
+    int half = c->parity;
+    c->parity ^= 1;
+    memcpy(half_of(c, c->rank, half), buf, bytes);
+    sync_all(c);
+    float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
+    sum_segments(c, half, 0, buf, count, dt, scale);
+    return FSDP_OK;
+}
