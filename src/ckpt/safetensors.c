@@ -483,13 +483,14 @@ static fsdp_status lookup(const st_file *f, const char *name, int ndim, const in
     return FSDP_OK;
 }
 
-// Reads e, converting to float (fdst) or int32 (idst) in chunks; exactly one of them is non-NULL.
-// fdst, idst: (numel,)
-static fsdp_status read_convert(const st_file *f, const st_entry *e, float *fdst, int32_t *idst) {
+// Reads elements [first, first + numel) of e, converting to float (fdst) or int32 (idst) in chunks;
+// exactly one of them is non-NULL. fdst, idst: (numel,)
+static fsdp_status read_convert(const st_file *f, const st_entry *e, uint64_t first, uint64_t numel, float *fdst,
+                                int32_t *idst) {
     size_t esz = st_dtype_size(e->dtype);
-    uint64_t off = f->data_off + e->begin, numel = (e->end - e->begin) / esz;
+    uint64_t off = f->data_off + e->begin + first * esz;
     if (e->dtype == ST_F32 || e->dtype == ST_I32)  // already the destination type
-        return pread_full(f, off, fdst ? (void *)fdst : (void *)idst, e->end - e->begin);
+        return pread_full(f, off, fdst ? (void *)fdst : (void *)idst, numel * esz);
     const uint64_t chunk = 1 << 16;  // elements per read
     if (numel == 0) return FSDP_OK;
     unsigned char *buf = malloc((numel < chunk ? numel : chunk) * esz);
@@ -521,7 +522,20 @@ fsdp_status st_read_f32(const st_file *f, const char *name, float *dst, int ndim
     static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16};
     const st_entry *e;
     FSDP_CHECK(lookup(f, name, ndim, shape, ok, 3, "F32, BF16 or F16", &e));
-    return read_convert(f, e, dst, NULL);
+    return read_convert(f, e, 0, (e->end - e->begin) / st_dtype_size(e->dtype), dst, NULL);
+}
+
+// Reads elements [first, first + count) of an F32/BF16/F16 tensor of exactly shape[ndim]. dst: (count,)
+fsdp_status st_read_f32_range(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape,
+                              int64_t first, int64_t count) {
+    static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16};
+    const st_entry *e;
+    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 3, "F32, BF16 or F16", &e));
+    uint64_t numel = (e->end - e->begin) / st_dtype_size(e->dtype);
+    if (first < 0 || count < 0 || (uint64_t)(first + count) > numel)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s': elements [%lld, %lld) outside its %llu",
+                          f->path, name, (long long)first, (long long)(first + count), (unsigned long long)numel);
+    return read_convert(f, e, (uint64_t)first, (uint64_t)count, dst, NULL);
 }
 
 // Reads an I32/I64 tensor of exactly shape[ndim] as int32. dst: (numel,)
@@ -529,7 +543,7 @@ fsdp_status st_read_i32(const st_file *f, const char *name, int32_t *dst, int nd
     static const st_dtype ok[] = {ST_I32, ST_I64};
     const st_entry *e;
     FSDP_CHECK(lookup(f, name, ndim, shape, ok, 2, "I32 or I64", &e));
-    return read_convert(f, e, NULL, dst);
+    return read_convert(f, e, 0, (e->end - e->begin) / st_dtype_size(e->dtype), NULL, dst);
 }
 
 // Reads bytes [byte_begin, byte_end) of a tensor's raw data. dst: (byte_end - byte_begin,)

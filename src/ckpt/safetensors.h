@@ -41,6 +41,9 @@ const char *st_metadata(const st_file *f, const char *key);   // NULL if absent
 // exactly shape[ndim]; otherwise FSDP_ERR_MISSING / FSDP_ERR_SHAPE / FSDP_ERR_DTYPE with a message.
 // dst: (numel,)
 fsdp_status st_read_f32(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape);
+// Reads elements [first, first + count) (flat, row-major) of such a tensor. dst: (count,)
+fsdp_status st_read_f32_range(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape,
+                              int64_t first, int64_t count);
 // Reads integer tensor `name` (I32 or I64 on disk) as int32. dst: (numel,)
 fsdp_status st_read_i32(const st_file *f, const char *name, int32_t *dst, int ndim, const int64_t *shape);
 // Reads a byte range [byte_begin, byte_end) of tensor `name`'s raw data. dst: (byte_end-byte_begin,)

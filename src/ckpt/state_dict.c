@@ -5,7 +5,7 @@
 
 #include "ckpt/safetensors.h"
 
-fsdp_status fsdp_load_params(const char *path, nn_params *ps, const char *alt_prefix) {
+fsdp_status nn_params_load(const char *path, nn_params *ps, const char *alt_prefix) {
     st_file *f = NULL;
     FSDP_CHECK(st_open(path, &f));
     fsdp_status s = FSDP_OK;
@@ -23,7 +23,7 @@ fsdp_status fsdp_load_params(const char *path, nn_params *ps, const char *alt_pr
     return s;
 }
 
-fsdp_status fsdp_save_params(const char *path, const nn_params *ps, fsdp_save_what what) {
+fsdp_status nn_params_save(const char *path, const nn_params *ps, fsdp_save_what what) {
     st_writer *w = st_writer_new(path);
     if (!w) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
     for (int i = 0; i < ps->count; i++) {

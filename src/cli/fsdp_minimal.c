@@ -1,35 +1,55 @@
 // fsdp_minimal.c: the seed's "Minimal FSDP Setup" in C:
-//   model = nn.Sequential(*[nn.TransformerEncoderLayer(d, h, ffn, dropout) for _ in range(L)])
+//   model = FSDP(nn.Sequential(*[nn.TransformerEncoderLayer(d, h, ffn, dropout) for _ in range(L)]))
 //   opt = AdamW(model.parameters(), lr); x = randn(seq, batch, d)
 //   for step in range(steps): zero_grad; loss = model(x).abs().mean(); loss.backward(); opt.step()
-// One process for now. Prints "step K loss L" per step.
+// Runs as a plain process or under any MPI launcher; --batch and x are the GLOBAL batch: rank r takes
+// batch columns [r*B/N, (r+1)*B/N). Rank 0 prints "step K loss L" with the global mean loss.
 #include <omp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/safetensors.h"
-#include "ckpt/state_dict.h"
 #include "cli/cli_args.h"
+#include "comm/comm.h"
 #include "core/alloc.h"
-#include "core/timer.h"
+#include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
 #include "nn/loss.h"
-#include "optim/optim.h"
 
 typedef struct {
-    int layers, d_model, heads, ffn, seq, batch, steps, seed, threads;
+    int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync, summary;
+    int strategy, shard_group_size;
     float dropout, lr, weight_decay;
-    const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
+    const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
     int norm_first, activation, batch_first, causal;
 } minimal_options;
+
+static int rank0;  // this process prints the log and the errors
 
 static int fail(const char *msg) {
     fprintf(stderr, "fsdp-minimal: %s\n", msg);
     return 1;
 }
 
-// x: (seq, batch, d) or (batch, seq, d) when batch_first
+// --wrap transformer|size:N|none
+static int parse_wrap(const char *text, fsdp_config *cfg) {
+    if (strcmp(text, "transformer") == 0) cfg->wrap = FSDP_WRAP_TRANSFORMER;
+    else if (strcmp(text, "none") == 0) cfg->wrap = FSDP_WRAP_NONE;
+    else if (strncmp(text, "size:", 5) == 0) {
+        char *end = NULL;
+        long long n = strtoll(text + 5, &end, 10);
+        if (!text[5] || *end || n < 0) return -1;
+        cfg->wrap = FSDP_WRAP_SIZE;
+        cfg->min_num_params = n;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+// The global x: (seq, batch, d), or (batch, seq, d) when batch_first.
 static fsdp_status load_input(const minimal_options *o, float *x) {
     int64_t shape[3] = {o->batch_first ? o->batch : o->seq, o->batch_first ? o->seq : o->batch, o->d_model};
     if (!o->input_path) {
@@ -44,10 +64,138 @@ static fsdp_status load_input(const minimal_options *o, float *x) {
     return s;
 }
 
+// Copies batch columns [b0, b0 + nb) of the global x into dst, in the same layout with batch nb.
+static void take_columns(const minimal_options *o, const float *x, float *dst, int b0, int nb) {
+    size_t C = (size_t)o->d_model;
+    for (int t = 0; t < o->seq; t++)
+        for (int b = 0; b < nb; b++) {
+            const float *src = o->batch_first ? x + ((size_t)(b0 + b) * o->seq + t) * C
+                                              : x + ((size_t)t * o->batch + b0 + b) * C;
+            float *d = o->batch_first ? dst + ((size_t)b * o->seq + t) * C : dst + ((size_t)t * nb + b) * C;
+            memcpy(d, src, C * sizeof(float));
+        }
+}
+
+// Writes the first micro-batch outputs of every rank as the global y (rank 0 writes). y: local (seq, nb, d)
+static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const float *y, int nb) {
+    int N = fsdp_comm_size(world);
+    size_t local = (size_t)o->seq * nb * o->d_model, C = (size_t)o->d_model;
+    float *all = malloc(sizeof(float) * local * (size_t)N), *glob = malloc(sizeof(float) * local * (size_t)N);
+    if (!all || !glob) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    fsdp_status s = fsdp_all_gather(world, y, all, local, FSDP_F32);
+    for (int r = 0; r < N && s == FSDP_OK; r++)  // rank r's block holds global columns [r*nb, (r+1)*nb)
+        for (int t = 0; t < o->seq; t++)
+            for (int b = 0; b < nb; b++) {
+                const float *src = all + (size_t)r * local +
+                                   (o->batch_first ? ((size_t)b * o->seq + t) * C : ((size_t)t * nb + b) * C);
+                int gb = r * nb + b;
+                float *d = o->batch_first ? glob + ((size_t)gb * o->seq + t) * C : glob + ((size_t)t * o->batch + gb) * C;
+                memcpy(d, src, C * sizeof(float));
+            }
+    if (s == FSDP_OK && fsdp_comm_rank(world) == 0) {
+        int64_t shape[3] = {o->batch_first ? o->batch : o->seq, o->batch_first ? o->seq : o->batch, o->d_model};
+        st_writer *w = st_writer_new(o->dump_output_path);
+        s = w ? st_writer_add(w, "y", ST_F32, 3, shape, glob) : FSDP_ERR_NOMEM;
+        if (w) s = s == FSDP_OK ? st_writer_commit(w) : (st_writer_free(w), s);
+    }
+    free(all);
+    free(glob);
+    return s;
+}
+
+static int run(minimal_options *o, fsdp_comm *world) {
+    int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    if (o->batch % N) {
+        fprintf(stderr, "fsdp-minimal: --batch %d is not divisible by the world size %d\n", o->batch, N);
+        return 2;
+    }
+    int local_batch = o->batch / N;
+    if (local_batch % o->grad_accum) {
+        fprintf(stderr, "fsdp-minimal: the per-rank batch %d is not divisible by --grad-accum %d\n", local_batch,
+                o->grad_accum);
+        return 2;
+    }
+    int micro = local_batch / o->grad_accum;
+    fsdp_config cfg = fsdp_config_default();
+    cfg.strategy = (fsdp_strategy)o->strategy;
+    cfg.shard_group_size = o->shard_group_size;
+    if (parse_wrap(o->wrap, &cfg)) {
+        fprintf(stderr, "fsdp-minimal: --wrap: expected transformer, size:N or none, got '%s'\n", o->wrap);
+        return 2;
+    }
+    if (o->dump_output_path && o->grad_accum != 1) {
+        fprintf(stderr, "fsdp-minimal: --dump-output needs --grad-accum 1\n");
+        return 2;
+    }
+    const fsdp_kernels *k = fsdp_kernels_cpu();
+    nn_block_config layer = nn_encoder_layer_defaults(o->d_model, o->heads);
+    layer.d_ff = o->ffn;
+    layer.dropout = layer.attn_dropout = o->dropout;
+    layer.activation = o->activation ? NN_ACT_GELU : NN_ACT_RELU;
+    layer.norm_first = o->norm_first;
+    layer.batch_first = o->batch_first;
+    layer.causal = o->causal;
+    nn_encoder_stack model;
+    if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) return fail(fsdp_last_error());
+    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
+    fsdp_state *fs = NULL;
+    if (fsdp_wrap(&fs, desc, cfg, world) != FSDP_OK) return fail(fsdp_last_error());
+    fsdp_status st = o->init_path ? fsdp_load_params(fs, o->init_path, NULL) : fsdp_init_params(fs, (uint64_t)o->seed);
+    if (st != FSDP_OK) return fail(fsdp_last_error());
+    if (o->summary && R == 0) fsdp_print_summary(fs, stdout);
+
+    size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;
+    float *x = malloc(sizeof(float) * global_n);
+    float *xm = fsdp_alloc(sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
+    float *dy = fsdp_alloc(sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
+    if (!x || !xm || !dy) return fail("out of memory");
+    if (load_input(o, x) != FSDP_OK) return fail(fsdp_last_error());
+    for (int m = 0; m < o->grad_accum; m++) take_columns(o, x, xm + (size_t)m * micro_n, R * local_batch + m * micro, micro);
+    free(x);
+    fsdp_adamw_config ac = fsdp_adamw_defaults();
+    ac.lr = o->lr;
+    ac.weight_decay = o->weight_decay;
+    if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
+
+    for (int step = 0; step < o->steps; step++) {
+        fsdp_zero_grad(fs);
+        double loss = 0.0;
+        for (int m = 0; m < o->grad_accum; m++) {
+            nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed,
+                          .step = (uint64_t)step * (uint64_t)o->grad_accum + (uint64_t)m};
+            int sync = !o->no_sync || m == o->grad_accum - 1;
+            const float *xin = xm + (size_t)m * micro_n, *y = NULL;
+            if (fsdp_begin_forward(fs, sync) != FSDP_OK ||
+                nn_sequential_forward(&ctx, &model.seq, xin, micro, o->seq, &y) != FSDP_OK)
+                return fail(fsdp_last_error());
+            loss += nn_abs_mean_forward(y, micro_n) / o->grad_accum;
+            if (step == 0 && m == 0 && o->dump_output_path && dump_output(o, world, y, micro) != FSDP_OK)
+                return fail(fsdp_last_error());
+            nn_abs_mean_backward(dy, y, micro_n, 1.0f / (float)o->grad_accum);
+            if (nn_sequential_backward(&ctx, &model.seq, dy, xin, NULL) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
+                return fail(fsdp_last_error());
+        }
+        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
+            return fail(fsdp_last_error());
+        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
+        fsdp_optimizer_step(fs, o->lr);
+        if (R == 0) {
+            printf("step %d loss %.9g\n", step, loss / N);
+            fflush(stdout);
+        }
+    }
+    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
+    fsdp_free_state(fs);
+    nn_encoder_stack_free(&model);
+    fsdp_free(xm);
+    fsdp_free(dy);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     minimal_options o = {.layers = 4, .d_model = 128, .heads = 4, .ffn = 2048, .seq = 8, .batch = 16,
-                         .steps = 5, .seed = 0, .threads = 0, .dropout = 0.1f, .lr = 1e-4f,
-                         .weight_decay = 0.01f};
+                         .steps = 5, .seed = 0, .threads = 0, .grad_accum = 1, .dropout = 0.1f, .lr = 1e-4f,
+                         .weight_decay = 0.01f, .wrap = "transformer"};
     cli_arg args[] = {
         {"--layers", ARG_INT, &o.layers, "number of TransformerEncoderLayers", 1, 1e6, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width (d_model)", 1, 1e6, NULL},
@@ -55,24 +203,31 @@ int main(int argc, char **argv) {
         {"--ffn", ARG_INT, &o.ffn, "feed-forward width (dim_feedforward)", 1, 1e7, NULL},
         {"--dropout", ARG_FLOAT, &o.dropout, "dropout probability", 0, 0.999, NULL},
         {"--seq", ARG_INT, &o.seq, "sequence length", 1, 1e6, NULL},
-        {"--batch", ARG_INT, &o.batch, "global batch size", 1, 1e6, NULL},
+        {"--batch", ARG_INT, &o.batch, "global batch size (split evenly over ranks)", 1, 1e6, NULL},
         {"--steps", ARG_INT, &o.steps, "optimizer steps", 0, 1e9, NULL},
         {"--lr", ARG_FLOAT, &o.lr, "AdamW learning rate", 0, 1e3, NULL},
         {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
         {"--seed", ARG_INT, &o.seed, "seed for init, input and dropout", 0, 2147483647, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (safetensors, PyTorch names)", 1, 0, NULL},
-        {"--input", ARG_STRING, &o.input_path, "input (safetensors with tensor x [seq, batch, d_model])", 1, 0, NULL},
-        {"--save", ARG_STRING, &o.save_path, "write the full state dict here after the last step", 1, 0, NULL},
+        {"--input", ARG_STRING, &o.input_path, "global input (safetensors with tensor x [seq, batch, d_model])", 1, 0, NULL},
+        {"--save", ARG_STRING, &o.save_path, "write the full state dict here after the last step (rank 0)", 1, 0, NULL},
+        {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0,
+         "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
+        {"--wrap", ARG_STRING, &o.wrap, "auto-wrap policy: transformer (each layer a unit), size:N (layers with >= N params), none (one root unit)", 1, 0, NULL},
+        {"--shard-group-size", ARG_INT, &o.shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
+        {"--grad-accum", ARG_INT, &o.grad_accum, "micro-batches per step (each rank's batch is split into this many)", 1, 1e6, NULL},
+        {"--no-sync", ARG_BOOL, &o.no_sync, "accumulate unsharded gradients locally and reduce once per step", 1, 0, NULL},
+        {"--summary", ARG_BOOL, &o.summary, "print the sharding layout (units, numel, padding, shard sizes)", 1, 0, NULL},
         {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},
         {"--causal", ARG_BOOL, &o.causal, "causal attention mask", 1, 0, NULL},
-        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's parameter gradients here", 1, 0, NULL},
+        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's full parameter gradients here", 1, 0, NULL},
         {"--dump-output", ARG_STRING, &o.dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
-        {"--threads", ARG_INT, &o.threads, "OpenMP threads (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
+        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };
     int parsed = cli_parse("fsdp-minimal",
-                           "Trains nn.Sequential(TransformerEncoderLayer x L) on loss mean(|model(x)|) with AdamW.",
+                           "Trains FSDP(nn.Sequential(TransformerEncoderLayer x L)) on loss mean(|model(x)|) with AdamW.",
                            args, (int)(sizeof args / sizeof args[0]), argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
     if (o.d_model % o.heads) {
@@ -80,73 +235,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     if (o.threads > 0) omp_set_num_threads(o.threads);
-    fsdp_mem_init();
-    const fsdp_kernels *k = fsdp_kernels_cpu();
-
-    nn_block_config layer = nn_encoder_layer_defaults(o.d_model, o.heads);
-    layer.d_ff = o.ffn;
-    layer.dropout = layer.attn_dropout = o.dropout;
-    layer.activation = o.activation ? NN_ACT_GELU : NN_ACT_RELU;
-    layer.norm_first = o.norm_first;
-    layer.batch_first = o.batch_first;
-    layer.causal = o.causal;
-    nn_encoder_stack model;
-    if (nn_encoder_stack_create(&model, layer, o.layers) != FSDP_OK) return fail(fsdp_last_error());
-
-    int64_t numel = nn_params_numel(&model.params);
-    float *params = fsdp_alloc((size_t)numel * sizeof(float), FSDP_MEM_PARAMS);
-    float *grads = fsdp_alloc((size_t)numel * sizeof(float), FSDP_MEM_GRADS);
-    size_t N = (size_t)o.seq * o.batch, NC = N * (size_t)o.d_model;
-    float *x = fsdp_alloc(NC * sizeof(float), FSDP_MEM_ACTIVATIONS);
-    float *dy = fsdp_alloc(NC * sizeof(float), FSDP_MEM_ACTIVATIONS);
-    if (!params || !grads || !x || !dy) return fail(fsdp_last_error());
-    nn_params_bind_flat(&model.params, params, grads);
-    if (o.init_path) {
-        if (fsdp_load_params(o.init_path, &model.params, NULL) != FSDP_OK) return fail(fsdp_last_error());
-    } else {
-        for (int i = 0; i < model.params.count; i++) {
-            nn_param *p = &model.params.items[i];
-            nn_param_init_slice(p, (uint64_t)o.seed, 0, p->numel, p->data);
-        }
-    }
-    if (load_input(&o, x) != FSDP_OK) return fail(fsdp_last_error());
-
-    fsdp_adamw_config ac = fsdp_adamw_defaults();
-    ac.lr = o.lr;
-    ac.weight_decay = o.weight_decay;
-    fsdp_adamw opt;
-    if (fsdp_adamw_create(&opt, ac, numel) != FSDP_OK) return fail(fsdp_last_error());
-
-    int B = o.batch, T = o.seq;
-    for (int step = 0; step < o.steps; step++) {
-        nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o.seed, .step = (uint64_t)step};
-        memset(grads, 0, (size_t)numel * sizeof(float));  // opt.zero_grad()
-        const float *y = NULL;
-        if (nn_sequential_forward(&ctx, &model.seq, x, B, T, &y) != FSDP_OK) return fail(fsdp_last_error());
-        double loss = nn_abs_mean_forward(y, NC);
-        if (step == 0 && o.dump_output_path) {
-            int64_t shape[3] = {o.batch_first ? B : T, o.batch_first ? T : B, o.d_model};
-            st_writer *w = st_writer_new(o.dump_output_path);
-            if (!w || st_writer_add(w, "y", ST_F32, 3, shape, y) != FSDP_OK || st_writer_commit(w) != FSDP_OK)
-                return fail(fsdp_last_error());
-        }
-        nn_abs_mean_backward(dy, y, NC, 1.0f);
-        if (nn_sequential_backward(&ctx, &model.seq, dy, x, NULL) != FSDP_OK) return fail(fsdp_last_error());
-        if (step == 0 && o.dump_grads_path &&
-            fsdp_save_params(o.dump_grads_path, &model.params, FSDP_SAVE_GRADS) != FSDP_OK)
-            return fail(fsdp_last_error());
-        fsdp_adamw_begin_step(&opt);
-        fsdp_adamw_update(k, &opt, o.lr, params, grads, 0, numel);
-        printf("step %d loss %.9g\n", step, loss);
-        fflush(stdout);
-    }
-    if (o.save_path && fsdp_save_params(o.save_path, &model.params, FSDP_SAVE_VALUES) != FSDP_OK)
-        return fail(fsdp_last_error());
-    fsdp_adamw_free(&opt);
-    nn_encoder_stack_free(&model);
-    fsdp_free(params);
-    fsdp_free(grads);
-    fsdp_free(x);
-    fsdp_free(dy);
-    return 0;
+    fsdp_comm *world = NULL;
+    if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
+    rank0 = fsdp_comm_rank(world) == 0;
+    int rc = run(&o, world);
+    fsdp_comm_free(world);
+    return rc;
 }

@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
     if (!params || !grads || !idx || !targets) return fail("out of memory");
     nn_params_bind_flat(&model.params, params, grads);
     if (o.init_path) {
-        if (fsdp_load_params(o.init_path, &model.params, "transformer.") != FSDP_OK) return fail(fsdp_last_error());
+        if (nn_params_load(o.init_path, &model.params, "transformer.") != FSDP_OK) return fail(fsdp_last_error());
     } else {
         for (int i = 0; i < model.params.count; i++) {
             nn_param *p = &model.params.items[i];
@@ -172,7 +172,7 @@ int main(int argc, char **argv) {
         if (nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK) return fail(fsdp_last_error());
         if (nn_gpt2_backward(&ctx, &model, 1.0f) != FSDP_OK) return fail(fsdp_last_error());
         if (step == 0 && o.dump_grads_path &&
-            fsdp_save_params(o.dump_grads_path, &model.params, FSDP_SAVE_GRADS) != FSDP_OK)
+            nn_params_save(o.dump_grads_path, &model.params, FSDP_SAVE_GRADS) != FSDP_OK)
             return fail(fsdp_last_error());
         if (o.clip > 0.0f) {
             double norm = sqrt(k->sum_squares(grads, (size_t)numel));
@@ -190,7 +190,7 @@ int main(int argc, char **argv) {
     if (o.steps > 1)
         printf("mean (steps 1..%d): %.1f ms/step, %.0f tok/s\n", o.steps - 1, total_time * 1e3 / (o.steps - 1),
                (double)B * T * (o.steps - 1) / total_time);
-    if (o.save_path && fsdp_save_params(o.save_path, &model.params, FSDP_SAVE_VALUES) != FSDP_OK)
+    if (o.save_path && nn_params_save(o.save_path, &model.params, FSDP_SAVE_VALUES) != FSDP_OK)
         return fail(fsdp_last_error());
     fsdp_adamw_free(&opt);
     nn_gpt2_free(&model);

@@ -65,7 +65,7 @@ void fsdp_free(void *ptr) {
 }
 
 const char *fsdp_mem_category_name(fsdp_mem_category cat) {
-    static const char *names[FSDP_MEM_NCATEGORIES] = {"parameters", "gradients", "optimizer",
+    static const char *names[FSDP_MEM_NCATEGORIES] = {"parameters", "unsharded", "gradients", "optimizer",
                                                       "activations", "communication", "other"};
     return (cat >= 0 && cat < FSDP_MEM_NCATEGORIES) ? names[cat] : "?";
 }

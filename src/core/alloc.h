@@ -8,8 +8,9 @@
 #include "core/status.h"
 
 typedef enum {
-    FSDP_MEM_PARAMS = 0,
-    FSDP_MEM_GRADS,
+    FSDP_MEM_PARAMS = 0,   // parameters a rank keeps (under FSDP: its fp32 shards)
+    FSDP_MEM_UNSHARDED,    // FSDP's gathered (unsharded) parameter and gradient buffers
+    FSDP_MEM_GRADS,        // gradients a rank keeps (under FSDP: its gradient shards)
     FSDP_MEM_OPTIM,
     FSDP_MEM_ACTIVATIONS,
     FSDP_MEM_COMM,

@@ -1,0 +1,187 @@
+// engine.c: the unit lifecycle (unshard, bind the original parameters, reshard), gradient
+// reduction, the hooks on the model's blocks, and the sharded optimizer step.
+#include <math.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "fsdp/fsdp_internal.h"
+#include "kernels/kernels.h"
+
+static void bind_params(fsdp_unit *u, float *flat, int grads) {
+    for (int i = 0; i < u->n_params; i++) {
+        if (grads) u->params[i]->grad = flat ? flat + u->offsets[i] : NULL;
+        else u->params[i]->data = flat ? flat + u->offsets[i] : NULL;
+    }
+}
+
+fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst) {
+    const float *src = grads ? u->shard_grad : u->shard;
+    if (s->replicated) {
+        if (dst != src) memcpy(dst, src, sizeof(float) * (size_t)u->padded);
+        return FSDP_OK;
+    }
+    memcpy(dst + u->shard_begin, src, sizeof(float) * (size_t)u->shard_numel);
+    return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
+}
+
+fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
+    if (u->full) return FSDP_OK;
+    if (s->replicated) {
+        u->full = u->shard;  // replicated: the shard is the whole flat parameter
+    } else {
+        u->full = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+        if (!u->full) return FSDP_ERR_NOMEM;
+        FSDP_CHECK(fsdp_gather_flat(s, u, 0, u->full));
+    }
+    bind_params(u, u->full, 0);
+    return FSDP_OK;
+}
+
+void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
+    if (!u->full) return;
+    if (u->full != u->shard) fsdp_free(u->full);
+    u->full = NULL;
+    bind_params(u, NULL, 0);
+    (void)s;
+}
+
+fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
+    if (!u->full_grad) {
+        u->full_grad = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+        if (!u->full_grad) return FSDP_ERR_NOMEM;
+    }
+    bind_params(u, u->full_grad, 1);
+    (void)s;
+    return FSDP_OK;
+}
+
+// Reduces this micro-step's unsharded gradients into the gradient shard (average over all ranks),
+// or keeps them for later under no_sync.
+fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
+    bind_params(u, NULL, 1);
+    if (!u->full_grad) return FSDP_OK;
+    if (!s->sync) {
+        u->grad_pending = 1;
+        return FSDP_OK;
+    }
+    const fsdp_kernels *k = fsdp_kernels_cpu();
+    if (s->replicated) {
+        FSDP_CHECK(fsdp_all_reduce(s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG));
+        k->add_inplace(u->shard_grad, u->full_grad, (size_t)u->padded);
+    } else {
+        FSDP_CHECK(fsdp_reduce_scatter(s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->shard_numel,
+                                       FSDP_F32, FSDP_AVG));
+        if (s->replica_comm)
+            FSDP_CHECK(fsdp_all_reduce(s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG));
+        k->add_inplace(u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
+    }
+    fsdp_free(u->full_grad);
+    u->full_grad = NULL;
+    u->grad_pending = 0;
+    return FSDP_OK;
+}
+
+static fsdp_unit *unit_of_block(fsdp_state *s, int block) {
+    int i = s->block_unit[block];
+    return i < 0 ? NULL : &s->units[i];
+}
+
+static int keeps_params_for_backward(const fsdp_state *s) {
+    return s->cfg.strategy == FSDP_SHARD_GRAD_OP || s->replicated;
+}
+
+static fsdp_status hook_pre_forward(void *user, int block) {
+    fsdp_state *s = user;
+    fsdp_unit *u = unit_of_block(s, block);
+    return u ? fsdp_unshard(s, u) : FSDP_OK;
+}
+
+static fsdp_status hook_post_forward(void *user, int block) {
+    fsdp_state *s = user;
+    fsdp_unit *u = unit_of_block(s, block);
+    if (u && !keeps_params_for_backward(s)) fsdp_reshard(s, u);
+    return FSDP_OK;
+}
+
+static fsdp_status hook_pre_backward(void *user, int block) {
+    fsdp_state *s = user;
+    fsdp_unit *u = unit_of_block(s, block);
+    if (!u) return FSDP_OK;
+    FSDP_CHECK(fsdp_unshard(s, u));
+    return fsdp_bind_grads(s, u);
+}
+
+static fsdp_status hook_post_backward(void *user, int block) {
+    fsdp_state *s = user;
+    fsdp_unit *u = unit_of_block(s, block);
+    if (!u) return FSDP_OK;
+    FSDP_CHECK(fsdp_reduce_grads(s, u));
+    fsdp_reshard(s, u);
+    return FSDP_OK;
+}
+
+fsdp_status engine_install_hooks(fsdp_state *s);
+fsdp_status engine_install_hooks(fsdp_state *s) {
+    s->hooks.user = s;
+    s->hooks.pre_forward = hook_pre_forward;
+    s->hooks.post_forward = hook_post_forward;
+    s->hooks.pre_backward = hook_pre_backward;
+    s->hooks.post_backward = hook_post_backward;
+    s->model.blocks->hooks = &s->hooks;
+    s->sync = 1;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_begin_forward(fsdp_state *s, int sync) {
+    s->sync = sync;
+    if (!s->root) return FSDP_OK;
+    FSDP_CHECK(fsdp_unshard(s, s->root));
+    return fsdp_bind_grads(s, s->root);
+}
+
+fsdp_status fsdp_end_backward(fsdp_state *s) {
+    if (s->root) {
+        FSDP_CHECK(fsdp_reduce_grads(s, s->root));
+        fsdp_reshard(s, s->root);
+    }
+    for (int i = 0; i < s->n_units; i++)
+        if (s->units[i].full)
+            return fsdp_error(FSDP_ERR_INTERNAL, "unit %s still unsharded after backward", s->units[i].name);
+    return FSDP_OK;
+}
+
+void fsdp_zero_grad(fsdp_state *s) {
+    for (int i = 0; i < s->n_units; i++) {
+        fsdp_unit *u = &s->units[i];
+        memset(u->shard_grad, 0, sizeof(float) * (size_t)u->shard_numel);
+    }
+}
+
+fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm) {
+    const fsdp_kernels *k = fsdp_kernels_cpu();
+    double sq = 0.0;
+    for (int i = 0; i < s->n_units; i++) sq += k->sum_squares(s->units[i].shard_grad, (size_t)s->units[i].shard_numel);
+    if (!s->replicated) FSDP_CHECK(fsdp_all_reduce_double(s->shard_comm, &sq));
+    *norm = sqrt(sq);
+    return FSDP_OK;
+}
+
+void fsdp_scale_grads(fsdp_state *s, float factor) {
+    const fsdp_kernels *k = fsdp_kernels_cpu();
+    for (int i = 0; i < s->n_units; i++) k->scale(s->units[i].shard_grad, factor, (size_t)s->units[i].shard_numel);
+}
+
+fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
+    FSDP_CHECK(fsdp_adamw_create(&s->opt, cfg, fsdp_local_numel(s)));
+    s->have_opt = 1;
+    return FSDP_OK;
+}
+
+void fsdp_optimizer_step(fsdp_state *s, float lr) {
+    const fsdp_kernels *k = fsdp_kernels_cpu();
+    fsdp_adamw_begin_step(&s->opt);
+    for (int i = 0; i < s->n_units; i++) {
+        fsdp_unit *u = &s->units[i];
+        fsdp_adamw_update(k, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->shard_numel);
+    }
+}

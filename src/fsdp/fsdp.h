@@ -1,0 +1,105 @@
+// fsdp.h: Fully Sharded Data Parallel over a model made of blocks (the FSDP core).
+//
+// fsdp_wrap() groups the model's parameters into units by an auto-wrap policy; each unit has one
+// flat parameter (its parameters concatenated, padded to a multiple of the shard-group size times an
+// alignment), of which rank r keeps shard r in fp32 (the master copy), with its gradient shard; the
+// optimizer only ever sees shards. Around each block's forward and backward the engine unshards
+// (all-gathers) the block's unit, binds the original parameters (names and shapes unchanged:
+// use_orig_params) to views of the gathered buffer, and afterwards reshards it and reduce-scatters
+// its gradients. The root unit holds what no block unit took and stays unsharded from the start of
+// forward to the end of backward.
+#pragma once
+#include <stdint.h>
+
+#include "comm/comm.h"
+#include "nn/sequential.h"
+#include "optim/optim.h"
+
+typedef enum {
+    FSDP_FULL_SHARD,     // params, grads, optimizer state sharded; params regathered for backward
+    FSDP_SHARD_GRAD_OP,  // params kept unsharded from forward to the end of backward
+    FSDP_NO_SHARD,       // replicated params, all-reduced grads (each unit a bucket)
+    FSDP_HYBRID_SHARD,   // FULL_SHARD inside groups of shard_group_size ranks, replicated across groups
+    FSDP_DDP,            // replicated params, bucketed all-reduce of grads as backward proceeds
+} fsdp_strategy;
+
+typedef enum { FSDP_WRAP_TRANSFORMER, FSDP_WRAP_SIZE, FSDP_WRAP_NONE, FSDP_WRAP_CALLBACK } fsdp_wrap_policy;
+
+typedef enum { FSDP_PREFETCH_NONE, FSDP_PREFETCH_BACKWARD_PRE, FSDP_PREFETCH_BACKWARD_POST } fsdp_backward_prefetch;
+
+// Returns non-zero to make block `index` (of `block_type`, with `numel` parameters) its own unit.
+typedef int (*fsdp_wrap_fn)(void *user, const char *block_type, int index, int64_t numel);
+
+typedef struct {
+    fsdp_strategy strategy;
+    fsdp_wrap_policy wrap;
+    int64_t min_num_params;      // FSDP_WRAP_SIZE: blocks with at least this many parameters
+    fsdp_wrap_fn wrap_fn;        // FSDP_WRAP_CALLBACK
+    void *wrap_user;
+    int shard_group_size;        // FSDP_HYBRID_SHARD: 0 = ranks sharing a node
+    fsdp_backward_prefetch backward_prefetch;
+    int forward_prefetch;
+    int limit_all_gathers;       // at most this many block units unsharded at once (0 = no limit)
+    int sync_module_states;      // broadcast rank 0's initial parameters
+} fsdp_config;
+
+fsdp_config fsdp_config_default(void);  // FULL_SHARD, transformer wrap, BACKWARD_PRE, limit 2
+const char *fsdp_strategy_name(fsdp_strategy s);
+
+// What the engine needs to know about a model: its parameters (in registration order), its blocks
+// (each block's parameters are the ones whose names start with the block's prefix) and the
+// Sequential whose hooks it drives.
+typedef struct {
+    nn_params *params;
+    nn_sequential *blocks;
+    const char *block_type;     // "TransformerEncoderLayer", "GPT2Block"
+    const char *block_prefix;   // printf format of block i's name prefix: "%d." or "h.%d."
+} fsdp_model_desc;
+
+typedef struct fsdp_unit fsdp_unit;
+typedef struct fsdp_state fsdp_state;
+
+// Builds units and shards. Parameter values are NOT initialised here: call fsdp_init_params or
+// fsdp_load_params next. Memory: shards only (no rank ever holds the whole model).
+fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world);
+void fsdp_free_state(fsdp_state *s);
+
+// Fills each rank's shards with the values a one-process init would give (counter-based RNG).
+fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed);
+// Reads each rank's shard slices of every parameter from a safetensors file (by name).
+fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix);
+// Gathers the full parameters (or gradients) and writes them from rank 0 as safetensors.
+fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads);
+
+// One training micro-step: call begin before the model's forward, end_backward after its backward.
+// sync = 0 is no_sync: gradients accumulate unsharded and are reduced at the next synced micro-step.
+fsdp_status fsdp_begin_forward(fsdp_state *s, int sync);
+fsdp_status fsdp_end_backward(fsdp_state *s);
+void fsdp_zero_grad(fsdp_state *s);
+
+// Global L2 norm of the sharded gradients (what clip_grad_norm_ computes on the unsharded model).
+fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm);
+void fsdp_scale_grads(fsdp_state *s, float factor);
+fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg);
+void fsdp_optimizer_step(fsdp_state *s, float lr);
+
+// Layout and memory
+int fsdp_unit_count(const fsdp_state *s);
+int64_t fsdp_local_numel(const fsdp_state *s);  // sum of this rank's shard sizes
+void fsdp_print_summary(const fsdp_state *s, FILE *f);  // like fsdp.summarize().print_summary()
+fsdp_comm *fsdp_shard_comm(const fsdp_state *s);
+fsdp_comm *fsdp_world_comm(const fsdp_state *s);
+
+// use_orig_params: iterate named parameters with this rank's piece of each.
+typedef struct {
+    const char *name;
+    int ndim;
+    const int64_t *shape;
+    int64_t numel;
+    int64_t shard_offset;  // first element of the parameter held by this rank
+    int64_t shard_numel;   // how many (0 when the rank holds none of it)
+    float *shard_data;     // (shard_numel,) this rank's values of those elements
+    float *shard_grad;     // (shard_numel,) and their gradients
+} fsdp_named_param;
+int fsdp_named_param_count(const fsdp_state *s);
+fsdp_named_param fsdp_named_param_at(const fsdp_state *s, int i);

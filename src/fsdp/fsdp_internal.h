@@ -1,0 +1,51 @@
+// fsdp_internal.h: the engine's data structures, shared by the files of src/fsdp/.
+#pragma once
+#include "fsdp/fsdp.h"
+
+struct fsdp_unit {
+    int index;
+    int block;               // the block it wraps, or -1 for the root unit
+    char name[64];
+    int n_params;
+    nn_param **params;       // (n_params,) in flat order
+    int64_t *offsets;        // (n_params,) each parameter's first element in the flat parameter
+    int64_t numel;           // sum of the parameters' sizes
+    int64_t padded;          // flat size: numel rounded up to shard_size * FSDP_PAD_ALIGN
+    int64_t shard_numel;     // elements per rank (padded / shard_size; padded when replicated)
+    int64_t shard_begin;     // this rank's first flat element
+    float *shard;            // (shard_numel,) fp32 master parameters          FSDP_MEM_PARAMS
+    float *shard_grad;       // (shard_numel,) reduced gradients               FSDP_MEM_GRADS
+    float *full;             // (padded,) gathered parameters, NULL when resharded  FSDP_MEM_UNSHARDED
+    float *full_grad;        // (padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
+    int grad_pending;        // full_grad holds gradients not yet reduced (no_sync)
+    int64_t opt_offset;      // where the unit's shard sits in the optimizer state
+};
+
+#define FSDP_PAD_ALIGN 16  // shards are multiples of 16 floats (64 bytes)
+
+struct fsdp_state {
+    fsdp_config cfg;
+    fsdp_model_desc model;
+    fsdp_comm *world;
+    fsdp_comm *shard_comm;    // ranks that split a unit's flat parameter (world, or the hybrid group)
+    fsdp_comm *replica_comm;  // HYBRID_SHARD: ranks holding the same shard (NULL otherwise)
+    int owns_shard_comm;
+    int replicated;           // NO_SHARD and DDP: every rank holds everything
+    int n_units;
+    fsdp_unit *units;         // (n_units,) block units in block order, root last
+    int *block_unit;          // (blocks,) unit index of block i, or -1 when the root holds it
+    fsdp_unit *root;          // NULL when every parameter is in a block unit
+    nn_hooks hooks;
+    int sync;                 // the current micro-step reduces gradients
+    float *reduce_buf;        // (max shard_numel,) reduce-scatter destination  FSDP_MEM_COMM
+    fsdp_adamw opt;
+    int have_opt;
+};
+
+// engine.c
+fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u);
+void fsdp_reshard(fsdp_state *s, fsdp_unit *u);
+fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u);
+fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
+// Gathers the unit's full flat parameter (grads = 0) or gradient (grads = 1) into dst (padded,).
+fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst);

@@ -1,0 +1,29 @@
+// summary.c: the sharding layout, like torch's fsdp.summarize().print_summary().
+#include <stdio.h>
+
+#include "fsdp/fsdp_internal.h"
+
+void fsdp_print_summary(const fsdp_state *s, FILE *f) {
+    int G = s->replicated ? 1 : fsdp_comm_size(s->shard_comm);
+    fprintf(f, "FSDP summary: strategy %s, world %d, shard group %d%s, %d units, backend %s\n",
+            fsdp_strategy_name(s->cfg.strategy), fsdp_comm_size(s->world), G,
+            s->replica_comm ? " (replicated across groups)" : "", s->n_units, fsdp_comm_backend(s->world));
+    fprintf(f, "%-10s %7s %12s %9s %12s %14s\n", "unit", "params", "numel", "padding", "shard numel",
+            "bytes/rank");
+    int64_t tot_numel = 0, tot_shard = 0;
+    for (int i = 0; i < s->n_units; i++) {
+        const fsdp_unit *u = &s->units[i];
+        // per rank: fp32 shard + gradient shard + AdamW m and v = 16 bytes per shard element
+        fprintf(f, "%-10s %7d %12lld %9lld %12lld %14lld\n", u->name, u->n_params, (long long)u->numel,
+                (long long)(u->padded - u->numel), (long long)u->shard_numel, (long long)(16 * u->shard_numel));
+        for (int j = 0; j < u->n_params; j++) {
+            char shape[64];
+            fprintf(f, "    %-44s %s\n", u->params[j]->name,
+                    fsdp_shape_str(u->params[j]->ndim, u->params[j]->shape, shape, sizeof shape));
+        }
+        tot_numel += u->numel;
+        tot_shard += u->shard_numel;
+    }
+    fprintf(f, "total: %lld parameters, %lld per rank (params + grads + AdamW state: %lld bytes per rank)\n",
+            (long long)tot_numel, (long long)tot_shard, (long long)(16 * tot_shard));
+}

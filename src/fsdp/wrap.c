@@ -1,0 +1,187 @@
+// wrap.c: auto-wrap policies, units, flat-parameter layout and shard allocation.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "fsdp/fsdp_internal.h"
+
+fsdp_config fsdp_config_default(void) {
+    fsdp_config c;
+    memset(&c, 0, sizeof c);
+    c.strategy = FSDP_FULL_SHARD;
+    c.wrap = FSDP_WRAP_TRANSFORMER;
+    c.backward_prefetch = FSDP_PREFETCH_BACKWARD_PRE;
+    c.limit_all_gathers = 2;
+    return c;
+}
+
+const char *fsdp_strategy_name(fsdp_strategy s) {
+    switch (s) {
+    case FSDP_FULL_SHARD: return "FULL_SHARD";
+    case FSDP_SHARD_GRAD_OP: return "SHARD_GRAD_OP";
+    case FSDP_NO_SHARD: return "NO_SHARD";
+    case FSDP_HYBRID_SHARD: return "HYBRID_SHARD";
+    case FSDP_DDP: return "DDP";
+    }
+    return "?";
+}
+
+static int block_of(const fsdp_model_desc *m, const nn_param *p) {
+    for (int b = 0; b < m->blocks->count; b++) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, m->block_prefix, b);
+        if (strncmp(p->name, prefix, strlen(prefix)) == 0) return b;
+    }
+    return -1;
+}
+
+static int wrap_block(const fsdp_config *cfg, const fsdp_model_desc *m, int b, int64_t numel) {
+    switch (cfg->wrap) {
+    case FSDP_WRAP_TRANSFORMER: return 1;
+    case FSDP_WRAP_SIZE: return numel >= cfg->min_num_params;
+    case FSDP_WRAP_NONE: return 0;
+    case FSDP_WRAP_CALLBACK: return cfg->wrap_fn ? cfg->wrap_fn(cfg->wrap_user, m->block_type, b, numel) : 0;
+    }
+    return 0;
+}
+
+static fsdp_status make_groups(fsdp_state *s) {
+    int N = fsdp_comm_size(s->world), R = fsdp_comm_rank(s->world);
+    if (s->cfg.strategy != FSDP_HYBRID_SHARD) {
+        s->shard_comm = s->world;
+        return FSDP_OK;
+    }
+    int K = s->cfg.shard_group_size;
+    if (K <= 0) {
+        fsdp_comm *node = NULL;
+        FSDP_CHECK(fsdp_comm_split_node(s->world, &node));
+        K = fsdp_comm_size(node);
+        fsdp_comm_free(node);
+    }
+    if (K > N || N % K)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "--shard-group-size %d must divide the world size %d", K, N);
+    FSDP_CHECK(fsdp_comm_split(s->world, R / K, R, &s->shard_comm));
+    s->owns_shard_comm = 1;
+    return fsdp_comm_split(s->world, R % K, R, &s->replica_comm);
+}
+
+// Lays out one unit over the given parameters and allocates this rank's shard.
+static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, int n) {
+    u->n_params = n;
+    u->params = malloc(sizeof(nn_param *) * (size_t)(n ? n : 1));
+    u->offsets = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+    if (!u->params || !u->offsets) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    u->numel = 0;
+    for (int i = 0; i < n; i++) {
+        u->params[i] = params[i];
+        u->offsets[i] = u->numel;
+        u->numel += params[i]->numel;
+    }
+    int G = s->replicated ? 1 : fsdp_comm_size(s->shard_comm);
+    int64_t quantum = (int64_t)G * FSDP_PAD_ALIGN;
+    u->padded = (u->numel + quantum - 1) / quantum * quantum;
+    u->shard_numel = u->padded / G;
+    u->shard_begin = s->replicated ? 0 : (int64_t)fsdp_comm_rank(s->shard_comm) * u->shard_numel;
+    u->shard = fsdp_alloc(sizeof(float) * (size_t)u->shard_numel, FSDP_MEM_PARAMS);
+    u->shard_grad = fsdp_alloc(sizeof(float) * (size_t)u->shard_numel, FSDP_MEM_GRADS);
+    if (!u->shard || !u->shard_grad) return FSDP_ERR_NOMEM;
+    for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;  // bound only while unsharded
+    return FSDP_OK;
+}
+
+fsdp_status engine_install_hooks(fsdp_state *s);  // engine.c
+
+fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world) {
+    *out = NULL;
+    fsdp_state *s = calloc(1, sizeof *s);
+    if (!s) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    *out = s;
+    s->cfg = cfg;
+    s->model = model;
+    s->world = world;
+    s->replicated = cfg.strategy == FSDP_NO_SHARD || cfg.strategy == FSDP_DDP;
+    FSDP_CHECK(make_groups(s));
+    int nb = model.blocks->count, np = model.params->count;
+    s->block_unit = malloc(sizeof(int) * (size_t)(nb ? nb : 1));
+    s->units = calloc((size_t)nb + 1, sizeof(fsdp_unit));
+    nn_param **scratch = malloc(sizeof(nn_param *) * (size_t)(np ? np : 1));
+    int *owner = malloc(sizeof(int) * (size_t)(np ? np : 1));
+    if (!s->block_unit || !s->units || !scratch || !owner) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < np; i++) owner[i] = block_of(&model, &model.params->items[i]);
+    fsdp_status st = FSDP_OK;
+    for (int b = 0; b < nb && st == FSDP_OK; b++) {
+        int n = 0;
+        int64_t numel = 0;
+        for (int i = 0; i < np; i++)
+            if (owner[i] == b) {
+                scratch[n++] = &model.params->items[i];
+                numel += model.params->items[i].numel;
+            }
+        s->block_unit[b] = -1;
+        if (n == 0 || !wrap_block(&cfg, &model, b, numel)) continue;
+        fsdp_unit *u = &s->units[s->n_units];
+        u->index = s->n_units;
+        u->block = b;
+        snprintf(u->name, sizeof u->name, model.block_prefix, b);
+        size_t len = strlen(u->name);
+        if (len && u->name[len - 1] == '.') u->name[len - 1] = 0;
+        st = build_unit(s, u, scratch, n);
+        s->block_unit[b] = s->n_units++;
+    }
+    int n_root = 0;
+    for (int i = 0; i < np && st == FSDP_OK; i++)
+        if (owner[i] < 0 || s->block_unit[owner[i]] < 0) scratch[n_root++] = &model.params->items[i];
+    if (n_root > 0 && st == FSDP_OK) {
+        fsdp_unit *u = &s->units[s->n_units];
+        u->index = s->n_units;
+        u->block = -1;
+        snprintf(u->name, sizeof u->name, "(root)");
+        st = build_unit(s, u, scratch, n_root);
+        s->root = u;
+        s->n_units++;
+    }
+    free(scratch);
+    free(owner);
+    if (st != FSDP_OK) return st;
+    int64_t max_shard = 0, off = 0;
+    for (int i = 0; i < s->n_units; i++) {
+        s->units[i].opt_offset = off;
+        off += s->units[i].shard_numel;
+        if (s->units[i].shard_numel > max_shard) max_shard = s->units[i].shard_numel;
+    }
+    s->reduce_buf = fsdp_alloc(sizeof(float) * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
+    if (!s->reduce_buf) return FSDP_ERR_NOMEM;
+    return engine_install_hooks(s);
+}
+
+void fsdp_free_state(fsdp_state *s) {
+    if (!s) return;
+    for (int i = 0; i < s->n_units; i++) {
+        fsdp_unit *u = &s->units[i];
+        fsdp_reshard(s, u);
+        if (u->full_grad && u->full_grad != u->shard_grad) fsdp_free(u->full_grad);
+        fsdp_free(u->shard);
+        fsdp_free(u->shard_grad);
+        free(u->params);
+        free(u->offsets);
+    }
+    if (s->model.blocks) s->model.blocks->hooks = NULL;
+    if (s->have_opt) fsdp_adamw_free(&s->opt);
+    fsdp_free(s->reduce_buf);
+    if (s->owns_shard_comm) fsdp_comm_free(s->shard_comm);
+    fsdp_comm_free(s->replica_comm);
+    free(s->units);
+    free(s->block_unit);
+    free(s);
+}
+
+int fsdp_unit_count(const fsdp_state *s) { return s->n_units; }
+fsdp_comm *fsdp_shard_comm(const fsdp_state *s) { return s->shard_comm; }
+fsdp_comm *fsdp_world_comm(const fsdp_state *s) { return s->world; }
+
+int64_t fsdp_local_numel(const fsdp_state *s) {
+    int64_t n = 0;
+    for (int i = 0; i < s->n_units; i++) n += s->units[i].shard_numel;
+    return n;
+}
