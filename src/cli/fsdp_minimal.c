@@ -21,7 +21,7 @@
 typedef struct {
     int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync, summary;
     int strategy, shard_group_size;
-    float dropout, lr, weight_decay;
+    float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
     int norm_first, activation, batch_first, causal;
 } minimal_options;
@@ -178,12 +178,22 @@ static int run(minimal_options *o, fsdp_comm *world) {
         if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
             return fail(fsdp_last_error());
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
+        double norm = 0.0;
+        if (o->clip > 0.0f) {  // clip_grad_norm_ over the true global norm of the sharded gradients
+            if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
+            fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
+        }
         fsdp_optimizer_step(fs, o->lr);
         if (R == 0) {
-            printf("step %d loss %.9g\n", step, loss / N);
+            if (o->clip > 0.0f) printf("step %d loss %.9g grad_norm %.9g\n", step, loss / N, norm);
+            else printf("step %d loss %.9g\n", step, loss / N);
             fflush(stdout);
         }
     }
+    if (o->summary && R == 0)  // this rank's memory after training, by category (bytes)
+        printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
+               fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
+               fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS));
     if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
     fsdp_free_state(fs);
     nn_encoder_stack_free(&model);
@@ -217,7 +227,8 @@ int main(int argc, char **argv) {
         {"--shard-group-size", ARG_INT, &o.shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
         {"--grad-accum", ARG_INT, &o.grad_accum, "micro-batches per step (each rank's batch is split into this many)", 1, 1e6, NULL},
         {"--no-sync", ARG_BOOL, &o.no_sync, "accumulate unsharded gradients locally and reduce once per step", 1, 0, NULL},
-        {"--summary", ARG_BOOL, &o.summary, "print the sharding layout (units, numel, padding, shard sizes)", 1, 0, NULL},
+        {"--clip-grad-norm", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off); the log shows the norm", 0, 1e9, NULL},
+        {"--summary", ARG_BOOL, &o.summary, "print the sharding layout (units, numel, padding, shard sizes) and, after training, rank 0's memory", 1, 0, NULL},
         {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},
