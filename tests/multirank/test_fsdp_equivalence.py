@@ -68,6 +68,28 @@ def main():
             extra = ["--grad-accum", "2"] + mode
             got = launch(binary, n, extra, os.path.join(tmp, f"accum-{n}-{len(mode)}.safetensors"))
             compare(chk, f"np {n} grad-accum 2 {'no_sync' if mode else 'synced'}:", got, ref)
+    # GPT-2 (root unit holds the tied embedding, positions and ln_f): losses and saved weights
+    gpt = os.path.join(args.bin, "fsdp-train")
+    gargs = ["--layers", "2", "--d-model", "32", "--heads", "4", "--vocab", "67", "--seq", "8", "--batch", "6",
+             "--steps", "3", "--lr", "1e-3", "--threads", "1"]
+
+    def gpt_run(n, extra, out):
+        _, stdout, _ = run(["mpirun", "-np", str(n), gpt] + gargs + extra + ["--save", out], env=MPI_ENV)
+        return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", stdout, re.M)], st_load(out)
+
+    gref = gpt_run(1, [], os.path.join(tmp, "gpt-ref.safetensors"))
+    for n in (2, 3):
+        for strategy in STRATEGIES:
+            extra = ["--strategy", strategy] + (["--wrap", "none"] if strategy == "shard_grad_op" else [])
+            losses, params = gpt_run(n, extra, os.path.join(tmp, f"gpt-{n}-{strategy}.safetensors"))
+            chk.close(f"gpt2 np {n} {strategy}: losses", losses, gref[0], 1e-5, 0)
+            worst = 0.0
+            for k, v in gref[1].items():
+                diff = np.abs(params[k] - v)
+                if k.endswith("c_attn.bias"):  # key bias: zero gradient (docs/parity.md)
+                    diff = np.concatenate([diff[:32], diff[64:]])
+                worst = max(worst, float(np.max(diff)))
+            chk.close(f"gpt2 np {n} {strategy}: final params (worst {worst:.2e})", [worst], [0.0], 0, 3e-5)
     # memory: params + grads + AdamW state per rank = 16 bytes x (params / N + padding)
     total = None
     for n in (1, 2, 4):
