@@ -20,7 +20,7 @@
 
 typedef struct {
     int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync, summary;
-    int strategy, shard_group_size;
+    int strategy, shard_group_size, backward_prefetch, forward_prefetch, limit_all_gathers;
     float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
     int norm_first, activation, batch_first, causal;
@@ -119,6 +119,11 @@ static int run(minimal_options *o, fsdp_comm *world) {
     fsdp_config cfg = fsdp_config_default();
     cfg.strategy = (fsdp_strategy)o->strategy;
     cfg.shard_group_size = o->shard_group_size;
+    cfg.backward_prefetch = (fsdp_backward_prefetch)(o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
+                                                     : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST
+                                                                                 : FSDP_PREFETCH_NONE);
+    cfg.forward_prefetch = o->forward_prefetch;
+    cfg.limit_all_gathers = o->limit_all_gathers;
     if (parse_wrap(o->wrap, &cfg)) {
         fprintf(stderr, "fsdp-minimal: --wrap: expected transformer, size:N or none, got '%s'\n", o->wrap);
         return 2;
@@ -205,7 +210,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
 int main(int argc, char **argv) {
     minimal_options o = {.layers = 4, .d_model = 128, .heads = 4, .ffn = 2048, .seq = 8, .batch = 16,
                          .steps = 5, .seed = 0, .threads = 0, .grad_accum = 1, .dropout = 0.1f, .lr = 1e-4f,
-                         .weight_decay = 0.01f, .wrap = "transformer"};
+                         .weight_decay = 0.01f, .wrap = "transformer", .limit_all_gathers = 2};
     cli_arg args[] = {
         {"--layers", ARG_INT, &o.layers, "number of TransformerEncoderLayers", 1, 1e6, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width (d_model)", 1, 1e6, NULL},
@@ -223,6 +228,9 @@ int main(int argc, char **argv) {
         {"--save", ARG_STRING, &o.save_path, "write the full state dict here after the last step (rank 0)", 1, 0, NULL},
         {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0,
          "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
+        {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
+        {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
+        {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once, prefetches included (0: no limit)", 0, 1e6, NULL},
         {"--wrap", ARG_STRING, &o.wrap, "auto-wrap policy: transformer (each layer a unit), size:N (layers with >= N params), none (one root unit)", 1, 0, NULL},
         {"--shard-group-size", ARG_INT, &o.shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
         {"--grad-accum", ARG_INT, &o.grad_accum, "micro-batches per step (each rank's batch is split into this many)", 1, 1e6, NULL},

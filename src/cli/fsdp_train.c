@@ -21,6 +21,7 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, steps, seed, threads, warmup, strategy, summary;
+    int backward_prefetch, forward_prefetch, limit_all_gathers;
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
 } train_options;
@@ -102,6 +103,11 @@ static int run(train_options *o, fsdp_comm *world) {
     }
     fsdp_config fcfg = fsdp_config_default();
     fcfg.strategy = (fsdp_strategy)o->strategy;
+    fcfg.backward_prefetch = (fsdp_backward_prefetch)(o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
+                                                      : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST
+                                                                                  : FSDP_PREFETCH_NONE);
+    fcfg.forward_prefetch = o->forward_prefetch;
+    fcfg.limit_all_gathers = o->limit_all_gathers;
     if (parse_wrap(o->wrap, &fcfg)) {
         fprintf(stderr, "fsdp-train: --wrap: expected transformer, size:N or none, got '%s'\n", o->wrap);
         return 2;
@@ -190,7 +196,7 @@ static int run(train_options *o, fsdp_comm *world) {
 int main(int argc, char **argv) {
     train_options o = {.layers = 6, .d_model = 512, .heads = 8, .vocab = 256, .seq = 256, .max_seq = 0,
                        .batch = 8, .steps = 20, .seed = 0, .threads = 0, .warmup = 0, .lr = 3e-4f,
-                       .min_lr = 0.0f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 0.0f, .wrap = "transformer"};
+                       .min_lr = 0.0f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 0.0f, .wrap = "transformer", .limit_all_gathers = 2};
     cli_arg args[] = {
         {"--layers", ARG_INT, &o.layers, "transformer blocks", 1, 1e5, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width", 1, 1e6, NULL},
@@ -214,6 +220,9 @@ int main(int argc, char **argv) {
         {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients here", 1, 0, NULL},
         {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0,
          "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
+        {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
+        {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
+        {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once, prefetches included (0: no limit)", 0, 1e6, NULL},
         {"--wrap", ARG_STRING, &o.wrap, "auto-wrap policy: transformer, size:N or none", 1, 0, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},

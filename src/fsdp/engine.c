@@ -1,9 +1,11 @@
 // engine.c: the unit lifecycle (unshard, bind the original parameters, reshard), gradient
 // reduction, the hooks on the model's blocks, and the sharded optimizer step.
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/timer.h"
 #include "fsdp/fsdp_internal.h"
 #include "kernels/kernels.h"
 
@@ -24,20 +26,47 @@ fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst)
     return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
 }
 
-fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
+static int unsharded_block_units(const fsdp_state *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_units; i++) n += s->units[i].block >= 0 && s->units[i].full != NULL;
+    return n;
+}
+
+// Starts gathering u's flat parameter into a fresh full buffer (nonblocking where the backend can).
+// respect_limit: a prefetch is skipped when limit_all_gathers block units are already unsharded.
+static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit) {
     if (u->full) return FSDP_OK;
     if (s->replicated) {
         u->full = u->shard;  // replicated: the shard is the whole flat parameter
-    } else {
-        u->full = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
-        if (!u->full) return FSDP_ERR_NOMEM;
-        FSDP_CHECK(fsdp_gather_flat(s, u, 0, u->full));
+        return FSDP_OK;
+    }
+    if (respect_limit && s->cfg.limit_all_gathers > 0 && unsharded_block_units(s) >= s->cfg.limit_all_gathers)
+        return FSDP_OK;
+    u->full = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+    if (!u->full) return FSDP_ERR_NOMEM;
+    memcpy(u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
+    return fsdp_iall_gather(s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel, FSDP_F32,
+                            &u->gather);
+}
+
+fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
+    FSDP_CHECK(start_unshard(s, u, 0));
+    if (u->gather) {
+        double t0 = fsdp_now_sec();
+        fsdp_status st = fsdp_comm_wait(u->gather);
+        u->gather = NULL;
+        s->comm_wait_seconds += fsdp_now_sec() - t0;
+        FSDP_CHECK(st);
     }
     bind_params(u, u->full, 0);
     return FSDP_OK;
 }
 
 void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
+    if (u->gather) {  // a prefetch nobody used: complete it before freeing its buffer
+        fsdp_comm_wait(u->gather);
+        u->gather = NULL;
+    }
     if (!u->full) return;
     if (u->full != u->shard) fsdp_free(u->full);
     u->full = NULL;
@@ -90,10 +119,27 @@ static int keeps_params_for_backward(const fsdp_state *s) {
     return s->cfg.strategy == FSDP_SHARD_GRAD_OP || s->replicated;
 }
 
+// The unit that runs after u in forward (dir = +1) or in backward (dir = -1), once the order is known.
+static fsdp_unit *next_unit(fsdp_state *s, const fsdp_unit *u, int dir) {
+    if (u->order_pos < 0) return NULL;
+    int pos = u->order_pos + dir;
+    return pos >= 0 && pos < s->order_len ? &s->units[s->order[pos]] : NULL;
+}
+
+static void record_order(fsdp_state *s, fsdp_unit *u) {
+    if (s->order_known || u->order_pos >= 0) return;
+    u->order_pos = s->order_len;
+    s->order[s->order_len++] = u->index;
+}
+
 static fsdp_status hook_pre_forward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
-    return u ? fsdp_unshard(s, u) : FSDP_OK;
+    if (!u) return FSDP_OK;
+    record_order(s, u);
+    FSDP_CHECK(fsdp_unshard(s, u));
+    fsdp_unit *next = s->cfg.forward_prefetch && s->order_known ? next_unit(s, u, +1) : NULL;
+    return next ? start_unshard(s, next, 1) : FSDP_OK;
 }
 
 static fsdp_status hook_post_forward(void *user, int block) {
@@ -107,14 +153,19 @@ static fsdp_status hook_pre_backward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
     if (!u) return FSDP_OK;
+    s->order_known = 1;  // a whole forward has run
     FSDP_CHECK(fsdp_unshard(s, u));
-    return fsdp_bind_grads(s, u);
+    FSDP_CHECK(fsdp_bind_grads(s, u));
+    fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_PRE ? next_unit(s, u, -1) : NULL;
+    return next ? start_unshard(s, next, 1) : FSDP_OK;
 }
 
 static fsdp_status hook_post_backward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
     if (!u) return FSDP_OK;
+    fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_POST ? next_unit(s, u, -1) : NULL;
+    if (next) FSDP_CHECK(start_unshard(s, next, 1));
     FSDP_CHECK(fsdp_reduce_grads(s, u));
     fsdp_reshard(s, u);
     return FSDP_OK;
@@ -129,6 +180,9 @@ fsdp_status engine_install_hooks(fsdp_state *s) {
     s->hooks.post_backward = hook_post_backward;
     s->model.blocks->hooks = &s->hooks;
     s->sync = 1;
+    s->order = calloc((size_t)(s->n_units ? s->n_units : 1), sizeof(int));
+    if (!s->order) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < s->n_units; i++) s->units[i].order_pos = -1;
     return FSDP_OK;
 }
 

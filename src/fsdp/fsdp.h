@@ -88,6 +88,9 @@ int fsdp_unit_count(const fsdp_state *s);
 int64_t fsdp_local_numel(const fsdp_state *s);  // sum of this rank's shard sizes
 void fsdp_print_summary(const fsdp_state *s, FILE *f);  // like fsdp.summarize().print_summary()
 fsdp_comm *fsdp_shard_comm(const fsdp_state *s);
+// Seconds this rank has spent blocked in collectives (all of the engine's groups) since wrap: the
+// communication that compute did not hide.
+double fsdp_exposed_comm_seconds(const fsdp_state *s);
 fsdp_comm *fsdp_world_comm(const fsdp_state *s);
 
 // use_orig_params: iterate named parameters with this rank's piece of each.

@@ -19,6 +19,8 @@ struct fsdp_unit {
     float *full_grad;        // (padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
     int grad_pending;        // full_grad holds gradients not yet reduced (no_sync)
     int64_t opt_offset;      // where the unit's shard sits in the optimizer state
+    fsdp_comm_request *gather;  // an all-gather into `full` started early (prefetch), or NULL
+    int order_pos;           // position in the recorded forward order, -1 before it is known
 };
 
 #define FSDP_PAD_ALIGN 16  // shards are multiples of 16 floats (64 bytes)
@@ -40,6 +42,11 @@ struct fsdp_state {
     float *reduce_buf;        // (max shard_numel,) reduce-scatter destination  FSDP_MEM_COMM
     fsdp_adamw opt;
     int have_opt;
+    // execution order of block units, recorded in the first forward; backward runs it in reverse
+    int *order;               // (n_units,) unit indices
+    int order_len;
+    int order_known;          // 1 once a whole forward has been recorded
+    double comm_wait_seconds; // time spent waiting for collectives the engine issued
 };
 
 // engine.c

@@ -173,12 +173,20 @@ void fsdp_free_state(fsdp_state *s) {
     fsdp_comm_free(s->replica_comm);
     free(s->units);
     free(s->block_unit);
+    free(s->order);
     free(s);
 }
 
 int fsdp_unit_count(const fsdp_state *s) { return s->n_units; }
 fsdp_comm *fsdp_shard_comm(const fsdp_state *s) { return s->shard_comm; }
 fsdp_comm *fsdp_world_comm(const fsdp_state *s) { return s->world; }
+
+double fsdp_exposed_comm_seconds(const fsdp_state *s) {
+    double t = fsdp_comm_get_stats(s->world).seconds;
+    if (s->shard_comm != s->world) t += fsdp_comm_get_stats(s->shard_comm).seconds;
+    if (s->replica_comm) t += fsdp_comm_get_stats(s->replica_comm).seconds;
+    return t;
+}
 
 int64_t fsdp_local_numel(const fsdp_state *s) {
     int64_t n = 0;

@@ -14,7 +14,7 @@ from fsdp_testlib import Checker, parse_args, run, st_load, tmpdir  # noqa: E402
 
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
-# small seed-like model: 3 layers of 13,280 parameters each (not a multiple of 3 * 16: padding)
+# small seed-like model: 3 layers of 9,064 parameters each (not a multiple of 3 * 16: padding)
 MODEL = ["--layers", "3", "--d-model", "32", "--heads", "4", "--ffn", "72", "--seq", "4", "--batch", "12",
          "--dropout", "0", "--steps", "3", "--lr", "1e-4", "--clip-grad-norm", "1.0", "--threads", "1"]
 D_MODEL = 32
@@ -62,6 +62,27 @@ def main():
                     extra += ["--shard-group-size", str(2 if n % 2 == 0 else n)]
                 got = launch(binary, n, extra, os.path.join(tmp, f"{n}-{strategy}-{wrap}.safetensors"))
                 compare(chk, f"np {n} {strategy} wrap {wrap}:", got, ref)
+    # prefetch variants and all-gather limits change when collectives run, never the results
+    for n in (2, 3):
+        for extra in (["--backward-prefetch", "none", "--limit-all-gathers", "0"], ["--backward-prefetch", "post"],
+                      ["--forward-prefetch", "--limit-all-gathers", "1"], ["--forward-prefetch", "--limit-all-gathers", "0"]):
+            got = launch(binary, n, extra, os.path.join(tmp, f"prefetch-{n}-{len(extra)}.safetensors"))
+            compare(chk, f"np {n} {' '.join(extra)}:", got, ref)
+    # the unsharded peak: one unit's parameters + gradients without prefetch (or with limit 1), more
+    # with prefetch: no rank ever holds more than that beyond its shards
+    peaks, unit_bytes = {}, 0
+    for name, extra in (("no prefetch", ["--backward-prefetch", "none"]),
+                        ("prefetch, limit 1", ["--forward-prefetch", "--limit-all-gathers", "1"]),
+                        ("backward post prefetch, limit 2", ["--backward-prefetch", "post"])):
+        _, _, _, out = launch(binary, 2, extra + ["--summary"], os.path.join(tmp, "peak.safetensors"))
+        peaks[name] = int(re.search(r"unsharded_peak (\d+)", out).group(1))
+        m = re.search(r"^0\s+\d+\s+(\d+)\s+(\d+)", out, re.M)  # unit "0": numel, padding
+        unit_bytes = 4 * (int(m.group(1)) + int(m.group(2)))
+    chk.close("unsharded peak without prefetch = 1 unit of params + grads", [peaks["no prefetch"]],
+              [2 * unit_bytes], 0, 0)
+    chk.close("unsharded peak with limit_all_gathers 1 = 1 unit", [peaks["prefetch, limit 1"]], [2 * unit_bytes], 0, 0)
+    chk.close("unsharded peak with BACKWARD_POST prefetch = 2 units of params + 1 of grads",
+              [peaks["backward post prefetch, limit 2"]], [3 * unit_bytes], 0, 0)
     # gradient accumulation: 2 micro-batches per rank, synced every micro-batch or only at the end
     for n in (1, 2, 3):
         for mode in ([], ["--no-sync"]):
