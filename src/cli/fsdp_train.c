@@ -149,9 +149,9 @@ static int run(train_options *o, fsdp_comm *world) {
                "threads, %s\n", o->layers, o->d_model, o->heads, o->vocab, T, B,
                (long long)nn_params_numel(&model.params), N, omp_get_max_threads(),
                fsdp_strategy_name(fcfg.strategy));
-    double total_time = 0.0;
+    double total_time = 0.0, total_comm = 0.0;
     for (int step = 0; step < o->steps; step++) {
-        double t0 = fsdp_now_sec();
+        double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
         if (!o->input_path) {
             if (text.bytes) text_batch(&text, step, B, b0, Bl, T, idx, targets);
             else synthetic_batch(o->seed, step, b0, Bl, T, o->vocab, idx, targets);
@@ -173,17 +173,22 @@ static int run(train_options *o, fsdp_comm *world) {
         }
         float lr = o->warmup > 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps, o->min_lr) : o->lr;
         fsdp_optimizer_step(fs, lr);
-        double dt = fsdp_now_sec() - t0;
-        if (step > 0) total_time += dt;
-        if (R == 0) {
-            printf("step %d loss %.9g lr %.3g ms %.1f tok/s %.0f\n", step, loss, (double)lr, dt * 1e3,
-                   (double)B * T / dt);
+        double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(fs) - c0;
+        if (step > 0) {
+            total_time += dt;
+            total_comm += dc;
+        }
+        if (R == 0) {  // comm: share of the step rank 0 spent blocked in collectives
+            printf("step %d loss %.9g lr %.3g ms %.1f tok/s %.0f comm %.1f%% peak_mem_mb %.1f\n", step, loss, (double)lr,
+                   dt * 1e3, (double)B * T / dt, 100.0 * dc / dt, (double)fsdp_mem_peak_total() / 1048576.0);
             fflush(stdout);
         }
     }
     if (o->steps > 1 && R == 0)
-        printf("mean (steps 1..%d): %.1f ms/step, %.0f tok/s\n", o->steps - 1, total_time * 1e3 / (o->steps - 1),
-               (double)B * T * (o->steps - 1) / total_time);
+        printf("mean (steps 1..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB)\n",
+               o->steps - 1, total_time * 1e3 / (o->steps - 1), (double)B * T * (o->steps - 1) / total_time,
+               100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
+               (double)fsdp_mem_os_peak_rss() / 1048576.0);
     if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
     fsdp_free_state(fs);
     nn_gpt2_free(&model);
