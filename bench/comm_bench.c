@@ -17,12 +17,15 @@ int main(int argc, char **argv) {
     float *a = malloc(max_bytes), *b = malloc(max_bytes);
     memset(a, 0, max_bytes);
     memset(b, 0, max_bytes);
+    // registered (shared) send buffers: the zero-copy path the FSDP engine uses for shards and gradients
+    float *shared = fsdp_comm_alloc_shared(w, max_bytes);
     if (R == 0)
-        printf("# %d ranks, backend %s\n# %-10s %-15s %10s %10s %10s\n", N, fsdp_comm_backend(w), "bytes",
+        printf("# %d ranks, backend %s\n# %-10s %-22s %10s %10s %10s\n", N, fsdp_comm_backend(w), "bytes",
                "collective", "time_us", "algbw_GBs", "busbw_GBs");
     for (size_t bytes = 64 << 10; bytes <= max_bytes; bytes *= 4) {
         size_t total = bytes / sizeof(float), per = total / (size_t)N;
-        for (int coll = 0; coll < 3; coll++) {
+        for (int coll = 0; coll < 5; coll++) {
+            if (coll >= 3 && !shared) continue;
             int iters = bytes <= (1 << 20) ? 50 : bytes <= (16 << 20) ? 10 : 3;
             double best = 1e30;
             for (int rep = 0; rep < 3; rep++) {
@@ -31,7 +34,9 @@ int main(int argc, char **argv) {
                 for (int it = 0; it < iters; it++) {
                     if (coll == 0) fsdp_all_gather(w, a + (size_t)R * per, a, per, FSDP_F32);
                     else if (coll == 1) fsdp_reduce_scatter(w, a, b, per, FSDP_F32, FSDP_AVG);
-                    else fsdp_all_reduce(w, a, total, FSDP_F32, FSDP_SUM);
+                    else if (coll == 2) fsdp_all_reduce(w, a, total, FSDP_F32, FSDP_SUM);
+                    else if (coll == 3) fsdp_all_gather(w, shared, a, per, FSDP_F32);
+                    else fsdp_reduce_scatter(w, shared, b, per, FSDP_F32, FSDP_AVG);
                 }
                 double dt = (fsdp_now_sec() - t0) / iters;
                 fsdp_all_reduce_double(w, &dt);
@@ -40,12 +45,14 @@ int main(int argc, char **argv) {
             }
             double algbw = (double)bytes / best / 1e9;
             double bus = algbw * (coll == 2 ? 2.0 : 1.0) * (N - 1) / N;
-            const char *names[] = {"all_gather", "reduce_scatter", "all_reduce"};
-            if (R == 0) printf("  %-10zu %-15s %10.1f %10.2f %10.2f\n", bytes, names[coll], best * 1e6, algbw, bus);
+            const char *names[] = {"all_gather", "reduce_scatter", "all_reduce", "all_gather/shared",
+                                   "reduce_scatter/shared"};
+            if (R == 0) printf("  %-10zu %-22s %10.1f %10.2f %10.2f\n", bytes, names[coll], best * 1e6, algbw, bus);
         }
     }
     free(a);
     free(b);
+    fsdp_comm_free_shared(w, shared);
     fsdp_comm_free(w);
     return 0;
 }

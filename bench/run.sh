@@ -237,3 +237,4 @@ for CT in "${SETTINGS[@]}"; do
   echo "   (%peak: share of the 2-thread FMA peak ${peak} GFLOP/s, best over all settings; ours/torch: on ours rows ours / best PyTorch"
   echo "    tokens/s of that model, on PyTorch rows ours / that row)"
 done
+bash "$(dirname "$0")/fsdp_strategies.sh"

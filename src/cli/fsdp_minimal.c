@@ -13,6 +13,7 @@
 #include "cli/cli_args.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
+#include "core/timer.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
@@ -162,7 +163,9 @@ static int run(minimal_options *o, fsdp_comm *world) {
     ac.weight_decay = o->weight_decay;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
 
+    double total_time = 0.0, total_comm = 0.0;
     for (int step = 0; step < o->steps; step++) {
+        double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
         fsdp_zero_grad(fs);
         double loss = 0.0;
         for (int m = 0; m < o->grad_accum; m++) {
@@ -189,12 +192,20 @@ static int run(minimal_options *o, fsdp_comm *world) {
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
         fsdp_optimizer_step(fs, o->lr);
+        if (step > 0) {
+            total_time += fsdp_now_sec() - t0;
+            total_comm += fsdp_exposed_comm_seconds(fs) - c0;
+        }
         if (R == 0) {
             if (o->clip > 0.0f) printf("step %d loss %.9g grad_norm %.9g\n", step, loss / N, norm);
             else printf("step %d loss %.9g\n", step, loss / N);
             fflush(stdout);
         }
     }
+    if (o->steps > 1 && R == 0)
+        printf("mean (steps 1..%d): %.2f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB\n",
+               o->steps - 1, total_time * 1e3 / (o->steps - 1), (double)o->seq * o->batch * (o->steps - 1) / total_time,
+               100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0);
     if (o->summary && R == 0)  // this rank's memory after training, by category (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),

@@ -53,6 +53,15 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
 fsdp_status fsdp_comm_wait(fsdp_comm_request *req);            // completes and frees the request
 fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done);  // *done = 1 when complete (then call wait)
 
+// Shared buffers (zero-copy collectives). On a group whose ranks share a node, a buffer from
+// fsdp_comm_alloc_shared lives in memory every rank can read: a reduce-scatter whose `send`, or an
+// all-gather whose `send`, lies in such a buffer reads the peers' data in place instead of copying it
+// in first. Contract: after such a collective returns, do not write its `send` buffer again until one
+// more collective (or fsdp_barrier) on the same group has completed. Collective call; returns NULL
+// (no error) when the group has no shared memory: the caller then uses ordinary memory.
+void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes);
+void fsdp_comm_free_shared(fsdp_comm *c, void *ptr);  // collective
+
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {
     double seconds;

@@ -17,8 +17,16 @@ struct fsdp_comm {
     unsigned char **seg; // (size,) base of each rank's segment in the window
     size_t seg_bytes;    // capacity of one segment; each holds two halves for double buffering
     int parity;          // which half the next collective uses
+    struct shm_region *regions;  // (n_regions,) buffers from fsdp_comm_alloc_shared
+    int n_regions;
     fsdp_comm_stats stats;
 };
+
+typedef struct shm_region {
+    MPI_Win win;
+    size_t bytes;
+    unsigned char **peer;  // (size,) each rank's piece; peer[rank] is this rank's
+} shm_region;
 
 struct fsdp_comm_request {
     fsdp_comm *comm;

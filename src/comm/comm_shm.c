@@ -50,6 +50,8 @@ fsdp_status comm_shm_setup(fsdp_comm *c) {
 
 void comm_shm_free(fsdp_comm *c) {
     if (!c->shm) return;
+    while (c->n_regions > 0) fsdp_comm_free_shared(c, c->regions[c->n_regions - 1].peer[c->rank]);
+    free(c->regions);
     release_window(c);
     free(c->seg);
     c->seg = NULL;
@@ -105,8 +107,89 @@ static void sum_segments(fsdp_comm *c, int half, size_t offset_bytes, void *dst,
     }
 }
 
+void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes) {
+    if (c->backend != COMM_MPI || !c->shm) return NULL;
+    shm_region *grown = realloc(c->regions, sizeof(shm_region) * (size_t)(c->n_regions + 1));
+    if (!grown) return NULL;
+    c->regions = grown;
+    shm_region *r = &c->regions[c->n_regions];
+    r->bytes = bytes;
+    r->peer = calloc((size_t)c->size, sizeof(unsigned char *));
+    void *base = NULL;
+    if (!r->peer || MPI_Win_allocate_shared((MPI_Aint)(bytes ? bytes : 64), 64, MPI_INFO_NULL, c->mpi, &base,
+                                            &r->win) != MPI_SUCCESS) {
+        free(r->peer);
+        return NULL;
+    }
+    for (int q = 0; q < c->size; q++) {
+        MPI_Aint sz;
+        int disp;
+        MPI_Win_shared_query(r->win, q, &sz, &disp, &r->peer[q]);
+    }
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, r->win);
+    memset(r->peer[c->rank], 0, bytes);
+    c->n_regions++;
+    return r->peer[c->rank];
+}
+
+void fsdp_comm_free_shared(fsdp_comm *c, void *ptr) {
+    for (int i = 0; ptr && i < c->n_regions; i++) {
+        shm_region *r = &c->regions[i];
+        if (r->peer[c->rank] != ptr) continue;
+        MPI_Win_unlock_all(r->win);
+        MPI_Win_free(&r->win);
+        free(r->peer);
+        c->regions[i] = c->regions[--c->n_regions];
+        return;
+    }
+}
+
+// The shared region holding [p, p + bytes), with p's offset in it; NULL when p is ordinary memory.
+static const shm_region *find_region(const fsdp_comm *c, const void *p, size_t bytes, size_t *offset) {
+    for (int i = 0; i < c->n_regions; i++) {
+        const unsigned char *base = c->regions[i].peer[c->rank];
+        if ((const unsigned char *)p >= base && (const unsigned char *)p + bytes <= base + c->regions[i].bytes) {
+            *offset = (size_t)((const unsigned char *)p - base);
+            return &c->regions[i];
+        }
+    }
+    return NULL;
+}
+
+static void region_sync(fsdp_comm *c, const shm_region *r) {
+    MPI_Win_sync(r->win);
+    MPI_Barrier(c->mpi);
+    MPI_Win_sync(r->win);
+}
+
+// dst (n,) = sum over ranks q of (peer q's region at offset), in rank order, times scale
+static void sum_region(const fsdp_comm *c, const shm_region *r, size_t offset, float *dst, size_t n, float scale) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i0 = 0; i0 < n; i0 += 4096) {
+        size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
+        const float *s0 = (const float *)(r->peer[0] + offset);
+        for (size_t i = i0; i < i1; i++) dst[i] = s0[i];
+        for (int q = 1; q < c->size; q++) {
+            const float *sq = (const float *)(r->peer[q] + offset);
+#pragma omp simd
+            for (size_t i = i0; i < i1; i++) dst[i] += sq[i];
+        }
+        if (scale != 1.0f)
+            for (size_t i = i0; i < i1; i++) dst[i] *= scale;
+    }
+}
+
 fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
-    size_t bytes = count * fsdp_dtype_size(dt);
+    size_t bytes = count * fsdp_dtype_size(dt), offset = 0;
+    const shm_region *reg = find_region(c, send, bytes, &offset);
+    if (reg) {  // zero-copy: every rank's send is readable in place
+        region_sync(c, reg);
+        for (int r = 0; r < c->size; r++) {
+            unsigned char *dst = (unsigned char *)recv + (size_t)r * bytes;
+            if (r != c->rank || dst != send) memcpy(dst, reg->peer[r] + offset, bytes);
+        }
+        return FSDP_OK;
+    }
     FSDP_CHECK(ensure_capacity(c, bytes));
     int half = c->parity;
     c->parity ^= 1;
@@ -122,13 +205,19 @@ fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size
 
 fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                     fsdp_reduce_op op) {
-    size_t esize = fsdp_dtype_size(dt), bytes = count * esize * (size_t)c->size;
+    size_t esize = fsdp_dtype_size(dt), bytes = count * esize * (size_t)c->size, offset = 0;
+    float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
+    const shm_region *reg = dt == FSDP_F32 ? find_region(c, send, bytes, &offset) : NULL;
+    if (reg) {  // zero-copy: sum the peers' slices in place
+        region_sync(c, reg);
+        sum_region(c, reg, offset + (size_t)c->rank * count * esize, recv, count, scale);
+        return FSDP_OK;
+    }
     FSDP_CHECK(ensure_capacity(c, bytes));
     int half = c->parity;
     c->parity ^= 1;
     memcpy(half_of(c, c->rank, half), send, bytes);
     sync_all(c);
-    float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
     sum_segments(c, half, (size_t)c->rank * count * esize, recv, count, dt, scale);
     return FSDP_OK;
 }

@@ -64,6 +64,16 @@ void fsdp_free(void *ptr) {
     free(raw);
 }
 
+void fsdp_mem_track(fsdp_mem_category cat, size_t bytes, int sign) {
+    if (sign > 0) {
+        raise_peak(&peak_bytes[cat], atomic_fetch_add(&current_bytes[cat], bytes) + bytes);
+        raise_peak(&peak_all, atomic_fetch_add(&current_all, bytes) + bytes);
+    } else {
+        atomic_fetch_sub(&current_bytes[cat], bytes);
+        atomic_fetch_sub(&current_all, bytes);
+    }
+}
+
 const char *fsdp_mem_category_name(fsdp_mem_category cat) {
     static const char *names[FSDP_MEM_NCATEGORIES] = {"parameters", "unsharded", "gradients", "optimizer",
                                                       "activations", "communication", "other"};

@@ -28,6 +28,10 @@ void fsdp_mem_init(void);
 void *fsdp_alloc(size_t bytes, fsdp_mem_category cat);
 void fsdp_free(void *ptr);  // NULL is fine
 
+// Accounts `bytes` of memory obtained elsewhere (e.g. MPI shared-memory windows): +1 on allocation,
+// -1 on release.
+void fsdp_mem_track(fsdp_mem_category cat, size_t bytes, int sign);
+
 const char *fsdp_mem_category_name(fsdp_mem_category cat);
 size_t fsdp_mem_current(fsdp_mem_category cat);
 size_t fsdp_mem_peak(fsdp_mem_category cat);

@@ -44,6 +44,8 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
         return FSDP_OK;
     u->full = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
     if (!u->full) return FSDP_ERR_NOMEM;
+    if (u->shard_shared)  // zero-copy: the peers' shards are read where they live
+        return fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
     memcpy(u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
     return fsdp_iall_gather(s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel, FSDP_F32,
                             &u->gather);
@@ -75,6 +77,15 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
 }
 
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
+    if (!u->full_grad && s->staging[0] && s->sync && u->block >= 0) {
+        // this micro-step's gradients go straight into shared memory: the reduce-scatter reads them in
+        // place. Two buffers alternate, so a buffer is only rewritten after every rank has passed the
+        // next unit's reduce-scatter, i.e. finished reading it.
+        u->full_grad = s->staging[s->next_staging];
+        s->next_staging ^= 1;
+        u->grad_staged = 1;
+        memset(u->full_grad, 0, sizeof(float) * (size_t)u->padded);
+    }
     if (!u->full_grad) {
         u->full_grad = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
         if (!u->full_grad) return FSDP_ERR_NOMEM;
@@ -104,8 +115,9 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
             FSDP_CHECK(fsdp_all_reduce(s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG));
         k->add_inplace(u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
     }
-    fsdp_free(u->full_grad);
+    if (!u->grad_staged) fsdp_free(u->full_grad);
     u->full_grad = NULL;
+    u->grad_staged = 0;
     u->grad_pending = 0;
     return FSDP_OK;
 }

@@ -20,6 +20,8 @@ struct fsdp_unit {
     int grad_pending;        // full_grad holds gradients not yet reduced (no_sync)
     int64_t opt_offset;      // where the unit's shard sits in the optimizer state
     fsdp_comm_request *gather;  // an all-gather into `full` started early (prefetch), or NULL
+    int shard_shared;        // shard lives in the shard group's shared memory (zero-copy all-gather)
+    int grad_staged;         // full_grad is one of the state's shared staging buffers
     int order_pos;           // position in the recorded forward order, -1 before it is known
 };
 
@@ -47,6 +49,9 @@ struct fsdp_state {
     int order_len;
     int order_known;          // 1 once a whole forward has been recorded
     double comm_wait_seconds; // time spent waiting for collectives the engine issued
+    float *staging[2];        // (max padded,) shared gradient buffers for zero-copy reduce-scatter, or NULL
+    int64_t staging_numel;
+    int next_staging;
 };
 
 // engine.c

@@ -83,7 +83,14 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     u->padded = (u->numel + quantum - 1) / quantum * quantum;
     u->shard_numel = u->padded / G;
     u->shard_begin = s->replicated ? 0 : (int64_t)fsdp_comm_rank(s->shard_comm) * u->shard_numel;
-    u->shard = fsdp_alloc(sizeof(float) * (size_t)u->shard_numel, FSDP_MEM_PARAMS);
+    size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+    u->shard = s->replicated ? NULL : fsdp_comm_alloc_shared(s->shard_comm, shard_bytes);
+    if (u->shard) {  // peers read it in place when gathering
+        u->shard_shared = 1;
+        fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
+    } else {
+        u->shard = fsdp_alloc(shard_bytes, FSDP_MEM_PARAMS);
+    }
     u->shard_grad = fsdp_alloc(sizeof(float) * (size_t)u->shard_numel, FSDP_MEM_GRADS);
     if (!u->shard || !u->shard_grad) return FSDP_ERR_NOMEM;
     for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;  // bound only while unsharded
@@ -152,6 +159,21 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
     }
     s->reduce_buf = fsdp_alloc(sizeof(float) * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
     if (!s->reduce_buf) return FSDP_ERR_NOMEM;
+    int64_t max_block = 0;
+    for (int i = 0; i < s->n_units; i++)
+        if (s->units[i].block >= 0 && s->units[i].padded > max_block) max_block = s->units[i].padded;
+    if (!s->replicated && max_block > 0) {  // two alternating shared buffers for block units' gradients
+        size_t bytes = sizeof(float) * (size_t)max_block;
+        s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);
+        s->staging[1] = s->staging[0] ? fsdp_comm_alloc_shared(s->shard_comm, bytes) : NULL;
+        if (s->staging[1]) {
+            s->staging_numel = max_block;
+            fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * bytes, +1);
+        } else if (s->staging[0]) {
+            fsdp_comm_free_shared(s->shard_comm, s->staging[0]);
+            s->staging[0] = NULL;
+        }
+    }
     return engine_install_hooks(s);
 }
 
@@ -160,14 +182,24 @@ void fsdp_free_state(fsdp_state *s) {
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
         fsdp_reshard(s, u);
-        if (u->full_grad && u->full_grad != u->shard_grad) fsdp_free(u->full_grad);
-        fsdp_free(u->shard);
+        if (u->full_grad && !u->grad_staged) fsdp_free(u->full_grad);
+        if (u->shard_shared) {
+            fsdp_mem_track(FSDP_MEM_PARAMS, sizeof(float) * (size_t)u->shard_numel, -1);
+            fsdp_comm_free_shared(s->shard_comm, u->shard);
+        } else {
+            fsdp_free(u->shard);
+        }
         fsdp_free(u->shard_grad);
         free(u->params);
         free(u->offsets);
     }
     if (s->model.blocks) s->model.blocks->hooks = NULL;
     if (s->have_opt) fsdp_adamw_free(&s->opt);
+    if (s->staging[0]) {
+        fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * sizeof(float) * (size_t)s->staging_numel, -1);
+        fsdp_comm_free_shared(s->shard_comm, s->staging[1]);
+        fsdp_comm_free_shared(s->shard_comm, s->staging[0]);
+    }
     fsdp_free(s->reduce_buf);
     if (s->owns_shard_comm) fsdp_comm_free(s->shard_comm);
     fsdp_comm_free(s->replica_comm);
