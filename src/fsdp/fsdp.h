@@ -66,6 +66,11 @@ void fsdp_free_state(fsdp_state *s);
 
 // Fills each rank's shards with the values a one-process init would give (counter-based RNG).
 fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed);
+// sync_module_states: every replica of a shard takes rank 0's values (NO_SHARD and DDP: broadcast
+// over the world; HYBRID_SHARD: across groups). Under FULL_SHARD and SHARD_GRAD_OP each element has
+// exactly one owner, so there is nothing to synchronise. fsdp_init_params calls it when
+// config.sync_module_states is set.
+fsdp_status fsdp_sync_module_states(fsdp_state *s);
 // Reads each rank's shard slices of every parameter from a safetensors file (by name).
 fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix);
 // Gathers the full parameters (or gradients) and writes them from rank 0 as safetensors.

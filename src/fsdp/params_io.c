@@ -35,11 +35,13 @@ fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed) {
             if (pc.count) nn_param_init_slice(u->params[i], seed, pc.elem_begin, pc.count, u->shard + pc.shard_pos);
         }
     }
-    if (s->cfg.sync_module_states) {  // replicas take rank 0's values (sharded ranks own disjoint pieces)
-        fsdp_comm *c = s->replicated ? s->world : s->replica_comm;
-        for (int ui = 0; c && ui < s->n_units; ui++)
-            FSDP_CHECK(fsdp_broadcast(c, s->units[ui].shard, (size_t)s->units[ui].shard_numel, FSDP_F32, 0));
-    }
+    return s->cfg.sync_module_states ? fsdp_sync_module_states(s) : FSDP_OK;
+}
+
+fsdp_status fsdp_sync_module_states(fsdp_state *s) {
+    fsdp_comm *c = s->replicated ? s->world : s->replica_comm;  // sharded ranks own disjoint pieces
+    for (int ui = 0; c && ui < s->n_units; ui++)
+        FSDP_CHECK(fsdp_broadcast(c, s->units[ui].shard, (size_t)s->units[ui].shard_numel, FSDP_F32, 0));
     return FSDP_OK;
 }
 

@@ -127,6 +127,23 @@ def main():
             expect = 16 * numel / (n if strategy == "full_shard" else 1)
             chk.close(f"np {n} {strategy}: params+grads+optimizer bytes per rank {per_rank} vs 16 x {numel}"
                       f"{' / ' + str(n) if strategy == 'full_shard' else ''}", [per_rank], [expect], 0.02, 16 * 64 * n)
+    # the seed table's pattern for the other strategies (2 and 4 ranks): SHARD_GRAD_OP and HYBRID keep
+    # sharded state; SHARD_GRAD_OP holds every unit's parameters unsharded from forward to backward
+    for n in (2, 4):
+        outs = {}
+        for strategy in ("shard_grad_op", "hybrid_shard", "full_shard"):
+            extra = ["--strategy", strategy, "--summary", "--backward-prefetch", "none"]
+            if strategy == "hybrid_shard":
+                extra += ["--shard-group-size", "2"]
+            _, _, _, out = launch(binary, n, extra, os.path.join(tmp, f"memp-{n}-{strategy}.safetensors"))
+            m = re.search(r"parameters (\d+) gradients (\d+) optimizer (\d+) unsharded_peak (\d+)", out)
+            outs[strategy] = [int(x) for x in m.groups()]
+        sgo, hyb, fs = outs["shard_grad_op"], outs["hybrid_shard"], outs["full_shard"]
+        chk.close(f"np {n} shard_grad_op keeps sharded params/grads/optimizer like full_shard", sgo[:3], fs[:3], 0, 0)
+        chk.close(f"np {n} hybrid_shard (groups of 2) keeps 1/2 of the state per rank",
+                  [sum(hyb[:3])], [16 * total / 2], 0.02, 16 * 64 * 2)
+        chk.close(f"np {n} shard_grad_op holds all units unsharded during forward+backward: peak > full_shard's",
+                  [1.0 if sgo[3] >= fs[3] + 2 * 4 * 9000 else 0.0], [1.0], 0, 0)
     print(f"model has {total} parameters")
     chk.report()
 

@@ -86,6 +86,28 @@ int main(int argc, char **argv) {
     CHECK(local >= (double)numel && local < (double)numel + 3.0 * 16 * N);
     if (R == 0) fsdp_print_summary(fs, stdout);
     fsdp_free_state(fs);
+
+    // sync_module_states under NO_SHARD: replicas that drifted take rank 0's values again
+    fsdp_config rep = fsdp_config_default();
+    rep.strategy = FSDP_NO_SHARD;
+    CHECK(fsdp_wrap(&fs, desc, rep, world) == FSDP_OK);
+    CHECK(fsdp_init_params(fs, 7) == FSDP_OK);
+    for (int i = 0; i < fsdp_named_param_count(fs); i++) {
+        fsdp_named_param p = fsdp_named_param_at(fs, i);
+        CHECK_EQ_INT(p.shard_numel, p.numel);  // replicated: every rank holds all of it
+        for (int64_t j = 0; j < p.shard_numel; j++) p.shard_data[j] += (float)R;
+    }
+    CHECK(fsdp_sync_module_states(fs) == FSDP_OK);
+    bad = 0;
+    for (int i = 0; i < fsdp_named_param_count(fs); i++) {
+        fsdp_named_param p = fsdp_named_param_at(fs, i);
+        float *want = malloc(sizeof(float) * (size_t)p.numel);
+        nn_param_init_slice(&model.params.items[i], 7, 0, p.numel, want);
+        for (int64_t j = 0; j < p.numel; j++) bad += p.shard_data[j] != want[j];
+        free(want);
+    }
+    CHECK(bad == 0);
+    fsdp_free_state(fs);
     nn_encoder_stack_free(&model);
     int failures = test_failures;
     fsdp_comm_free(world);
