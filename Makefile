@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: build run test test-asan bench clean deps
+.PHONY: build run run-minimal test test-asan bench clean deps
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD).cmake.log 2>&1 || (cat $(BUILD).cmake.log; exit 1)
@@ -12,8 +12,15 @@ build: deps
 deps:
 	@scripts/install-deps.sh
 
+# The main job: a GPT trained with FSDP on 2 ranks (built-in corpus), a sample and a loss curve at the end.
+MPIRUN = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun
+RUN_ARGS ?= --sample 300 --log-jsonl build/train.jsonl --plot build/loss.png
 run: build
-	build/bin/fsdp-minimal
+	$(MPIRUN) -np 2 -x OMP_NUM_THREADS=1 build/bin/fsdp-train $(RUN_ARGS)
+
+# The seed's "Minimal FSDP Setup" on 2 ranks.
+run-minimal: build
+	$(MPIRUN) -np 2 -x OMP_NUM_THREADS=1 build/bin/fsdp-minimal --summary
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1

@@ -15,7 +15,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 CT=${BENCH_CORETYPE:-${OPENBLAS_CORETYPE:-}}
 LOGS=$BUILD/bench/logs
 mkdir -p "$LOGS"
-GPT="--layers 6 --d-model 512 --heads 8 --vocab 256 --seq 256 --batch 8"
+GPT="--layers 6 --d-model 512 --heads 8 --vocab 256 --seq 256"  # --batch is per rank: 8 sequences in all
 
 row() {  # label, log: parse our "mean" line
   local m
@@ -29,10 +29,12 @@ echo "== FSDP strategies at 2 ranks x 1 thread ($(date -u '+%F %T') UTC; OPENBLA
 for model in gpt seed; do
   printf '\n%-44s %10s %10s %9s %12s\n' "$model model" "ms/step" "tokens/s" "comm" "peak MiB/rank"
   if [ $model = gpt ]; then bin="$BUILD/bin/fsdp-train $GPT --steps $GPT_STEPS"; else bin="$BUILD/bin/fsdp-minimal --steps $SEED_STEPS"; fi
-  OMP_NUM_THREADS=2 $bin >"$LOGS/strat-$model-1proc.log" 2>&1
+  one=""; two=""
+  if [ $model = gpt ]; then one="--batch 8"; two="--batch 4"; fi
+  OMP_NUM_THREADS=2 $bin $one >"$LOGS/strat-$model-1proc.log" 2>&1
   row "ours, 1 process x 2 threads" "$LOGS/strat-$model-1proc.log"
   for s in full_shard shard_grad_op no_shard hybrid_shard ddp; do
-    mpirun -np 2 -x OMP_NUM_THREADS=1 $bin --strategy $s >"$LOGS/strat-$model-$s.log" 2>&1
+    mpirun -np 2 -x OMP_NUM_THREADS=1 $bin $two --strategy $s >"$LOGS/strat-$model-$s.log" 2>&1
     row "ours, 2 ranks, $s" "$LOGS/strat-$model-$s.log"
   done
   if [ $model = gpt ] && "$PY" -c 'import torch' 2>/dev/null; then

@@ -1,8 +1,8 @@
-// fsdp_train.c: trains the GPT-2 model (Hugging Face names and layouts) with FSDP on byte-level text,
-// on fixed token tensors (--input), or on a built-in synthetic corpus. Runs as a plain process or
-// under any MPI launcher; --batch is the global batch (rank r takes sequences [r*B/N, (r+1)*B/N)).
-// Rank 0 prints "step K loss L lr X ms T tok/s S" per step.
-#include <errno.h>
+// fsdp_train.c: the GPT trainer. Trains a GPT-2-architecture model (Hugging Face names and layouts)
+// with FSDP across MPI ranks (or as a plain process) on byte-level text, llm.c .bin token files, or a
+// built-in corpus. --batch is the per-rank micro-batch: a step sees world x grad-accum x batch
+// sequences, in the order fsdp_data_batch documents. Rank 0 prints a banner and a progress line per
+// step; --log-jsonl, --plot, --sample, --eval-every add records, a loss curve, generated text, validation.
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -10,74 +10,28 @@
 #include <string.h>
 
 #include "ckpt/safetensors.h"
-#include "comm/comm.h"
 #include "cli/cli_args.h"
+#include "cli/train_log.h"
+#include "comm/comm.h"
 #include "core/alloc.h"
 #include "core/timer.h"
-#include "kernels/kernels.h"
+#include "data/data.h"
 #include "fsdp/fsdp.h"
+#include "kernels/kernels.h"
 #include "nn/gpt2.h"
-#include "optim/optim.h"
 
 typedef struct {
-    int layers, d_model, heads, vocab, seq, max_seq, batch, steps, seed, threads, warmup, strategy, summary;
+    int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
+    int schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
     int backward_prefetch, forward_prefetch, limit_all_gathers;
     float lr, min_lr, weight_decay, dropout, clip;
-    const char *data_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
+    const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
+    const char *jsonl_path, *plot_path;
 } train_options;
-
-typedef struct {
-    unsigned char *bytes;  // (len,) the whole text file
-    size_t len;
-} text_data;
 
 static int fail(const char *msg) {
     fprintf(stderr, "fsdp-train: %s\n", msg);
     return 1;
-}
-
-static fsdp_status load_text(const char *path, text_data *d, int T) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot open data file: %s", path, strerror(errno));
-    fseek(f, 0, SEEK_END);
-    long len = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    if (len < (long)T + 2) {
-        fclose(f);
-        return fsdp_error(FSDP_ERR_FORMAT, "%s: %ld bytes is too short for --seq %d", path, len, T);
-    }
-    d->bytes = malloc((size_t)len);
-    d->len = (size_t)len;
-    size_t got = d->bytes ? fread(d->bytes, 1, (size_t)len, f) : 0;
-    fclose(f);
-    return got == (size_t)len ? FSDP_OK : fsdp_error(FSDP_ERR_IO, "%s: read failed", path);
-}
-
-// idx, targets: (nb, T): sequences [b0, b0 + nb) of the global batch of B at `step`: consecutive
-// windows through the text, wrapping around
-static void text_batch(const text_data *d, int step, int B, int b0, int nb, int T, int32_t *idx, int32_t *targets) {
-    size_t span = d->len - (size_t)T - 1;
-    for (int b = 0; b < nb; b++) {
-        size_t start = ((size_t)step * B + b0 + b) * (size_t)T % span;
-        for (int t = 0; t < T; t++) {
-            idx[b * T + t] = d->bytes[start + t];
-            targets[b * T + t] = d->bytes[start + t + 1];
-        }
-    }
-}
-
-// A learnable synthetic corpus: token t+1 = (5 * token t + c) mod V with per-sequence (start, c);
-// sequences [b0, b0 + nb) of the global batch.
-static void synthetic_batch(int seed, int step, int b0, int nb, int T, int V, int32_t *idx, int32_t *targets) {
-    for (int b = 0; b < nb; b++) {
-        fsdp_rng rng = {(uint64_t)seed, (uint64_t)step * 1000003u + (uint64_t)(b0 + b)};
-        int tok = (int)(fsdp_rng_uniform_at(rng, 0) * V), c = 1 + (int)(fsdp_rng_uniform_at(rng, 1) * 7);
-        for (int t = 0; t <= T; t++) {
-            if (t < T) idx[b * T + t] = tok;
-            if (t > 0) targets[b * T + t - 1] = tok;
-            tok = (tok * 5 + c) % V;
-        }
-    }
 }
 
 static int parse_wrap(const char *text, fsdp_config *cfg) {
@@ -95,21 +49,125 @@ static int parse_wrap(const char *text, fsdp_config *cfg) {
     return 0;
 }
 
+// --init: the model's dimensions come from the file (vocab and width from wte, positions from wpe,
+// layers from the h.N blocks present); heads from the metadata key "n_head" when present, else --heads.
+static fsdp_status dims_from_file(train_options *o) {
+    st_file *f = NULL;
+    FSDP_CHECK(st_open(o->init_path, &f));
+    const char *prefix = st_find(f, "wte.weight") ? "" : "transformer.";
+    char name[96];
+    snprintf(name, sizeof name, "%swte.weight", prefix);
+    const st_entry *wte = st_find(f, name);
+    snprintf(name, sizeof name, "%swpe.weight", prefix);
+    const st_entry *wpe = st_find(f, name);
+    fsdp_status s = FSDP_OK;
+    if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
+        s = fsdp_error(FSDP_ERR_MISSING, "%s: not a GPT-2 file: needs 2-d wte.weight and wpe.weight", o->init_path);
+    } else {
+        o->vocab = (int)wte->shape[0];
+        o->d_model = (int)wte->shape[1];
+        o->max_seq = (int)wpe->shape[0];
+        int layers = 0;
+        for (;; layers++) {
+            snprintf(name, sizeof name, "%sh.%d.ln_1.weight", prefix, layers);
+            if (!st_find(f, name)) break;
+        }
+        o->layers = layers;
+        const char *heads = st_metadata(f, "n_head");
+        if (heads) o->heads = atoi(heads);
+        if (layers == 0) s = fsdp_error(FSDP_ERR_MISSING, "%s: no h.0.* blocks", o->init_path);
+    }
+    st_close(f);
+    return s;
+}
+
+// Mean loss over `batches` fixed validation micro-batches (no dropout), averaged over ranks.
+static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, const train_options *o,
+                            fsdp_comm *world, int32_t *idx, int32_t *targets, double *out) {
+    nn_ctx ctx = {.k = fsdp_kernels_cpu(), .training = 0, .seed = (uint64_t)o->seed};
+    double total = 0.0;
+    for (int b = 0; b < o->eval_batches; b++) {
+        fsdp_data_batch(val, b, 0, 1, fsdp_comm_rank(world), fsdp_comm_size(world), o->batch, o->seq, idx, targets);
+        FSDP_CHECK(fsdp_begin_eval(fs));
+        FSDP_CHECK(nn_gpt2_forward(&ctx, model, idx, targets, o->batch, o->seq));
+        FSDP_CHECK(fsdp_end_eval(fs));
+        total += model->loss;
+    }
+    FSDP_CHECK(fsdp_all_reduce_double(world, &total));
+    *out = total / o->eval_batches / fsdp_comm_size(world);
+    return FSDP_OK;
+}
+
+// Generates n bytes after a newline with temperature-1 sampling; every rank runs it (FSDP needs all
+// ranks in each forward) with the same random stream, so all agree; rank 0 prints.
+static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_options *o, int n, int rank) {
+    int T = o->seq;
+    int32_t *ctx_tokens = calloc((size_t)T, sizeof(int32_t)), *dummy = calloc((size_t)T, sizeof(int32_t));
+    if (!ctx_tokens || !dummy) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    nn_ctx ctx = {.k = fsdp_kernels_cpu(), .training = 0, .seed = (uint64_t)o->seed};
+    fsdp_rng rng = {(uint64_t)o->seed, fsdp_hash_name("sample")};
+    int len = 1;
+    ctx_tokens[0] = '\n' % o->vocab;
+    if (rank == 0) printf("--- sample (%d bytes) ---\n", n);
+    fsdp_status s = FSDP_OK;
+    for (int i = 0; i < n && s == FSDP_OK; i++) {
+        s = fsdp_begin_eval(fs);
+        if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, ctx_tokens, dummy, 1, len);
+        if (s == FSDP_OK) s = fsdp_end_eval(fs);
+        if (s != FSDP_OK) break;
+        const float *logits = model->logits + (size_t)(len - 1) * o->vocab;
+        float maxv = logits[0];
+        for (int v = 1; v < o->vocab; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
+        double sum = 0.0;
+        for (int v = 0; v < o->vocab; v++) sum += exp((double)(logits[v] - maxv));
+        double u = fsdp_rng_uniform_at(rng, (uint64_t)i) * sum, acc = 0.0;
+        int tok = o->vocab - 1;
+        for (int v = 0; v < o->vocab; v++) {
+            acc += exp((double)(logits[v] - maxv));
+            if (acc >= u) {
+                tok = v;
+                break;
+            }
+        }
+        if (rank == 0) putchar(tok < 256 && tok != 0 ? tok : '?');
+        if (len < T) {
+            ctx_tokens[len++] = tok;
+        } else {  // slide the window
+            memmove(ctx_tokens, ctx_tokens + 1, sizeof(int32_t) * (size_t)(T - 1));
+            ctx_tokens[T - 1] = tok;
+        }
+    }
+    if (rank == 0) printf("\n--- end of sample ---\n");
+    free(ctx_tokens);
+    free(dummy);
+    return s;
+}
+
 static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
-    if (o->batch % N) {
-        fprintf(stderr, "fsdp-train: --batch %d is not divisible by the world size %d\n", o->batch, N);
-        return 2;
-    }
     fsdp_config fcfg = fsdp_config_default();
     fcfg.strategy = (fsdp_strategy)o->strategy;
-    fcfg.backward_prefetch = (fsdp_backward_prefetch)(o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
-                                                      : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST
-                                                                                  : FSDP_PREFETCH_NONE);
+    fcfg.shard_group_size = o->shard_group_size;
+    fcfg.backward_prefetch = o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
+                             : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST : FSDP_PREFETCH_NONE;
     fcfg.forward_prefetch = o->forward_prefetch;
     fcfg.limit_all_gathers = o->limit_all_gathers;
     if (parse_wrap(o->wrap, &fcfg)) {
         fprintf(stderr, "fsdp-train: --wrap: expected transformer, size:N or none, got '%s'\n", o->wrap);
+        return 2;
+    }
+    if (o->input_path && o->grad_accum != 1) {
+        fprintf(stderr, "fsdp-train: --input holds one fixed batch: it needs --grad-accum 1\n");
+        return 2;
+    }
+    fsdp_data *data = NULL, *val = NULL;
+    if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) return fail(fsdp_last_error());
+    if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) return fail(fsdp_last_error());
+    if (o->eval_every > 0 && !val) val = data;  // validate on the training stream's first batches
+    int data_vocab = data ? fsdp_data_vocab(data) : 0;
+    if (data && data_vocab > o->vocab) {
+        fprintf(stderr, "fsdp-train: --vocab %d is smaller than the data's %d token ids (%s)\n", o->vocab,
+                data_vocab, fsdp_data_name(data));
         return 2;
     }
     const fsdp_kernels *k = fsdp_kernels_cpu();
@@ -122,125 +180,149 @@ static int run(train_options *o, fsdp_comm *world) {
     fsdp_status st = o->init_path ? fsdp_load_params(fs, o->init_path, "transformer.")
                                   : fsdp_init_params(fs, (uint64_t)o->seed);
     if (st != FSDP_OK) return fail(fsdp_last_error());
-    if (o->summary && R == 0) fsdp_print_summary(fs, stdout);
-    int B = o->batch, T = o->seq, Bl = B / N, b0 = R * Bl;
-    int32_t *idx = malloc(sizeof(int32_t) * (size_t)B * T), *targets = malloc(sizeof(int32_t) * (size_t)B * T);
+    int B = o->batch, T = o->seq, M = o->grad_accum;
+    int64_t tokens_per_step = (int64_t)N * M * B * T;
+    if (R == 0) {
+        int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs);
+        printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
+               o->d_model, o->heads, o->vocab, T, numel / 1e6);
+        printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s\n", N, omp_get_max_threads(),
+               fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->wrap,
+               fsdp_comm_backend(fsdp_shard_comm(fs)));
+        printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
+               (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
+        printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
+               16.0 * (double)local / 1048576.0, (long long)local);
+        if (o->summary) fsdp_print_summary(fs, stdout);
+        fflush(stdout);
+    }
+    int32_t *idx = malloc(sizeof(int32_t) * (size_t)N * B * T), *targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
     if (!idx || !targets) return fail("out of memory");
-    text_data text = {0};
-    if (o->input_path) {  // the global batch, of which this rank keeps rows [b0, b0 + Bl)
+    if (o->input_path) {  // one fixed global batch [N*B, T]; this rank keeps rows [R*B, (R+1)*B)
         st_file *f = NULL;
-        int64_t shape[2] = {B, T};
+        int64_t shape[2] = {(int64_t)N * B, T};
         if (st_open(o->input_path, &f) != FSDP_OK) return fail(fsdp_last_error());
         st = st_read_i32(f, "idx", idx, 2, shape);
         if (st == FSDP_OK) st = st_read_i32(f, "targets", targets, 2, shape);
         st_close(f);
         if (st != FSDP_OK) return fail(fsdp_last_error());
-        memmove(idx, idx + (size_t)b0 * T, sizeof(int32_t) * (size_t)Bl * T);
-        memmove(targets, targets + (size_t)b0 * T, sizeof(int32_t) * (size_t)Bl * T);
-    } else if (o->data_path && load_text(o->data_path, &text, T) != FSDP_OK) {
-        return fail(fsdp_last_error());
+        memmove(idx, idx + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
+        memmove(targets, targets + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
     }
     fsdp_adamw_config ac = fsdp_adamw_defaults();
     ac.lr = o->lr;
     ac.weight_decay = o->weight_decay;
+    train_log log;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
-    if (R == 0)
-        printf("gpt2: %d layers, d_model %d, %d heads, vocab %d, seq %d, batch %d, %lld parameters, %d rank(s) x %d "
-               "threads, %s\n", o->layers, o->d_model, o->heads, o->vocab, T, B,
-               (long long)nn_params_numel(&model.params), N, omp_get_max_threads(),
-               fsdp_strategy_name(fcfg.strategy));
-    double total_time = 0.0, total_comm = 0.0;
+    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) return 1;
+    double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
     for (int step = 0; step < o->steps; step++) {
-        double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
-        if (!o->input_path) {
-            if (text.bytes) text_batch(&text, step, B, b0, Bl, T, idx, targets);
-            else synthetic_batch(o->seed, step, b0, Bl, T, o->vocab, idx, targets);
-        }
-        nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed, .step = (uint64_t)step};
+        double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
         fsdp_zero_grad(fs);
-        if (fsdp_begin_forward(fs, 1) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, Bl, T) != FSDP_OK ||
-            nn_gpt2_backward(&ctx, &model, 1.0f) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
-            return fail(fsdp_last_error());
+        for (int m = 0; m < M; m++) {
+            if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
+            nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed, .step = (uint64_t)step * M + m};
+            if (fsdp_begin_forward(fs, 1) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
+                nn_gpt2_backward(&ctx, &model, 1.0f / (float)M) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
+                return fail(fsdp_last_error());
+            loss += model.loss / M;
+        }
         if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
             return fail(fsdp_last_error());
-        double loss = model.loss;
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
         loss /= N;
+        if (!isfinite(loss)) {
+            if (R == 0) fprintf(stderr, "fsdp-train: step %d: loss is %g; stopping (lower --lr or add --clip-grad)\n", step, loss);
+            return 1;
+        }
         if (o->clip > 0.0f) {
             double norm = 0.0;
             if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
-        float lr = o->warmup > 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps, o->min_lr) : o->lr;
+        float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps, o->min_lr)
+                                    : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
         fsdp_optimizer_step(fs, lr);
         double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(fs) - c0;
         if (step > 0) {
             total_time += dt;
             total_comm += dc;
         }
-        if (R == 0) {  // comm: share of the step rank 0 spent blocked in collectives
-            printf("step %d loss %.9g lr %.3g ms %.1f tok/s %.0f comm %.1f%% peak_mem_mb %.1f\n", step, loss, (double)lr,
-                   dt * 1e3, (double)B * T / dt, 100.0 * dc / dt, (double)fsdp_mem_peak_total() / 1048576.0);
-            fflush(stdout);
-        }
+        train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
+                            (double)fsdp_mem_peak_total(), -1.0};
+        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
+            evaluate(fs, &model, val, o, world, idx, targets, &rec.val_loss) != FSDP_OK)
+            return fail(fsdp_last_error());
+        if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1);
     }
     if (o->steps > 1 && R == 0)
         printf("mean (steps 1..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB)\n",
-               o->steps - 1, total_time * 1e3 / (o->steps - 1), (double)B * T * (o->steps - 1) / total_time,
+               o->steps - 1, total_time * 1e3 / (o->steps - 1), (double)tokens_per_step * (o->steps - 1) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
                (double)fsdp_mem_os_peak_rss() / 1048576.0);
+    if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) return fail(fsdp_last_error());
     if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
+    int rc = 0;
+    if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
+    train_log_close(&log);
     fsdp_free_state(fs);
     nn_gpt2_free(&model);
+    if (val && val != data) fsdp_data_close(val);
+    if (data) fsdp_data_close(data);
     free(idx);
     free(targets);
-    free(text.bytes);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv) {
-    train_options o = {.layers = 6, .d_model = 512, .heads = 8, .vocab = 256, .seq = 256, .max_seq = 0,
-                       .batch = 8, .steps = 20, .seed = 0, .threads = 0, .warmup = 0, .lr = 3e-4f,
-                       .min_lr = 0.0f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 0.0f, .wrap = "transformer", .limit_all_gathers = 2};
+    train_options o = {.layers = 4, .d_model = 256, .heads = 4, .vocab = 256, .seq = 128, .max_seq = 0,
+                       .batch = 8, .grad_accum = 1, .steps = 300, .seed = 0, .threads = 0, .warmup = 20,
+                       .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 1.0f,
+                       .eval_batches = 4, .wrap = "transformer", .limit_all_gathers = 2};
     cli_arg args[] = {
         {"--layers", ARG_INT, &o.layers, "transformer blocks", 1, 1e5, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width", 1, 1e6, NULL},
         {"--heads", ARG_INT, &o.heads, "attention heads (must divide d_model)", 1, 1e5, NULL},
-        {"--vocab", ARG_INT, &o.vocab, "vocabulary size (>= 256 for byte-level --data)", 2, 1e7, NULL},
+        {"--vocab", ARG_INT, &o.vocab, "vocabulary size (>= the data's largest token + 1; 256 for bytes)", 2, 1e7, NULL},
         {"--seq", ARG_INT, &o.seq, "sequence length", 1, 1e6, NULL},
         {"--max-seq", ARG_INT, &o.max_seq, "position table size (0: --seq)", 0, 1e6, NULL},
-        {"--batch", ARG_INT, &o.batch, "global batch size (sequences per step, split over ranks)", 1, 1e6, NULL},
+        {"--batch", ARG_INT, &o.batch, "per-rank micro-batch (sequences)", 1, 1e6, NULL},
+        {"--grad-accum", ARG_INT, &o.grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
         {"--steps", ARG_INT, &o.steps, "optimizer steps", 0, 1e9, NULL},
         {"--lr", ARG_FLOAT, &o.lr, "peak AdamW learning rate", 0, 1e3, NULL},
+        {"--lr-schedule", ARG_CHOICE, &o.schedule, "after --warmup: cosine decay to --min-lr, or constant", 1, 0, "cosine|constant"},
         {"--min-lr", ARG_FLOAT, &o.min_lr, "final learning rate of the cosine schedule", 0, 1e3, NULL},
-        {"--warmup", ARG_INT, &o.warmup, "linear warmup steps (cosine decay to --min-lr after; 0 = constant lr)", 0, 1e9, NULL},
+        {"--warmup", ARG_INT, &o.warmup, "linear warmup steps", 0, 1e9, NULL},
         {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
         {"--dropout", ARG_FLOAT, &o.dropout, "embedding/residual/attention dropout", 0, 0.999, NULL},
-        {"--clip", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
-        {"--seed", ARG_INT, &o.seed, "seed for init, synthetic data and dropout", 0, 2147483647, NULL},
-        {"--data", ARG_STRING, &o.data_path, "byte-level text file to train on", 1, 0, NULL},
-        {"--input", ARG_STRING, &o.input_path, "fixed global batch: safetensors with idx and targets [batch, seq]", 1, 0, NULL},
-        {"--init", ARG_STRING, &o.init_path, "initial weights (safetensors, Hugging Face GPT-2 names)", 1, 0, NULL},
+        {"--clip-grad", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
+        {"--seed", ARG_INT, &o.seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
+        {"--data", ARG_STRING, &o.data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
+        {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (default: the training data)", 1, 0, NULL},
+        {"--eval-every", ARG_INT, &o.eval_every, "evaluate every N steps and at the end (0: never)", 0, 1e9, NULL},
+        {"--eval-batches", ARG_INT, &o.eval_batches, "validation micro-batches per evaluation", 1, 1e6, NULL},
+        {"--sample", ARG_INT, &o.sample, "generate N bytes of text at the end (byte-level models)", 0, 1e6, NULL},
+        {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
+        {"--init", ARG_STRING, &o.init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the weights here after the last step (rank 0)", 1, 0, NULL},
         {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients here", 1, 0, NULL},
-        {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0,
-         "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
-        {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
-        {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
-        {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once, prefetches included (0: no limit)", 0, 1e6, NULL},
+        {"--log-jsonl", ARG_STRING, &o.jsonl_path, "write one JSON object per step here", 1, 0, NULL},
+        {"--plot", ARG_STRING, &o.plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
+        {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0, "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
         {"--wrap", ARG_STRING, &o.wrap, "auto-wrap policy: transformer, size:N or none", 1, 0, NULL},
+        {"--shard-group-size", ARG_INT, &o.shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
+        {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
+        {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward", 1, 0, NULL},
+        {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once (0: no limit)", 0, 1e6, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };
-    int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW.", args,
+    int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,
                            (int)(sizeof args / sizeof args[0]), argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
-        return 2;
-    }
-    if (o.data_path && o.vocab < 256) {
-        fprintf(stderr, "fsdp-train: --vocab %d: byte-level --data needs at least 256\n", o.vocab);
         return 2;
     }
     if (o.max_seq == 0) o.max_seq = o.seq;

@@ -205,6 +205,16 @@ fsdp_status fsdp_begin_forward(fsdp_state *s, int sync) {
     return fsdp_bind_grads(s, s->root);
 }
 
+fsdp_status fsdp_begin_eval(fsdp_state *s) {
+    s->sync = 1;
+    return s->root ? fsdp_unshard(s, s->root) : FSDP_OK;
+}
+
+fsdp_status fsdp_end_eval(fsdp_state *s) {
+    for (int i = 0; i < s->n_units; i++) fsdp_reshard(s, &s->units[i]);
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_end_backward(fsdp_state *s) {
     if (s->root) {
         FSDP_CHECK(fsdp_reduce_grads(s, s->root));

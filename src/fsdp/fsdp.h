@@ -81,6 +81,10 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads);
 fsdp_status fsdp_begin_forward(fsdp_state *s, int sync);
 fsdp_status fsdp_end_backward(fsdp_state *s);
 void fsdp_zero_grad(fsdp_state *s);
+// A forward without backward (evaluation, sampling): units are gathered and released as in training,
+// no gradients are bound; end_eval reshards whatever the strategy kept.
+fsdp_status fsdp_begin_eval(fsdp_state *s);
+fsdp_status fsdp_end_eval(fsdp_state *s);
 
 // Global L2 norm of the sharded gradients (what clip_grad_norm_ computes on the unsharded model).
 fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm);

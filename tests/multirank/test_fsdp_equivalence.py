@@ -94,11 +94,12 @@ def main():
             compare(chk, f"np {n} grad-accum 2 {'no_sync' if mode else 'synced'}:", got, ref)
     # GPT-2 (root unit holds the tied embedding, positions and ln_f): losses and saved weights
     gpt = os.path.join(args.bin, "fsdp-train")
-    gargs = ["--layers", "2", "--d-model", "32", "--heads", "4", "--vocab", "67", "--seq", "8", "--batch", "6",
+    gargs = ["--layers", "2", "--d-model", "32", "--heads", "4", "--vocab", "256", "--seq", "8",
              "--steps", "3", "--lr", "1e-3", "--threads", "1"]
 
-    def gpt_run(n, extra, out):
-        _, stdout, _ = run(["mpirun", "-np", str(n), gpt] + gargs + extra + ["--save", out], env=MPI_ENV)
+    def gpt_run(n, extra, out):  # --batch is per rank: the global batch is 6 sequences for every n
+        cmd = ["mpirun", "-np", str(n), gpt] + gargs + ["--batch", str(6 // n)] + extra + ["--save", out]
+        _, stdout, _ = run(cmd, env=MPI_ENV)
         return [float(m.group(1)) for m in re.finditer(r"^step \d+ loss (\S+)", stdout, re.M)], st_load(out)
 
     gref = gpt_run(1, [], os.path.join(tmp, "gpt-ref.safetensors"))
