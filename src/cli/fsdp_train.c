@@ -5,6 +5,8 @@
 // step; --log-jsonl, --plot, --sample, --eval-every add records, a loss curve, generated text, validation.
 #include <math.h>
 #include <omp.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,15 +21,41 @@
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
 #include "nn/gpt2.h"
+#include "prof/trace.h"
+#include <unistd.h>
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
     int schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
-    int backward_prefetch, forward_prefetch, limit_all_gathers;
+    int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
-    const char *jsonl_path, *plot_path;
+    const char *jsonl_path, *plot_path, *trace_path;
 } train_options;
+
+static volatile sig_atomic_t stop_signal;  // SIGINT/SIGTERM received: finish the step, save, exit
+static void on_signal(int sig) { stop_signal = sig; }
+
+// The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
+// different collective sequences) aborts this rank with a message naming it; the launcher then ends
+// the others.
+static int watchdog_timeout, watchdog_rank;
+static void *watchdog(void *arg) {
+    (void)arg;
+    for (;;) {
+        sleep(1);
+        const char *name = NULL;
+        double since = 0.0;
+        fsdp_comm_current(&name, &since);
+        if (since > 0.0 && fsdp_now_sec() - since > watchdog_timeout) {
+            fprintf(stderr, "fsdp-train: rank %d: collective %s has not completed in %d s (a rank died or the ranks "
+                    "run different collectives; FSDP_DEBUG=DETAIL checks the sequence); aborting\n",
+                    watchdog_rank, name ? name : "?", watchdog_timeout);
+            _exit(3);
+        }
+    }
+    return NULL;
+}
 
 static int fail(const char *msg) {
     fprintf(stderr, "fsdp-train: %s\n", msg);
@@ -182,6 +210,16 @@ static int run(train_options *o, fsdp_comm *world) {
     if (st != FSDP_OK) return fail(fsdp_last_error());
     int B = o->batch, T = o->seq, M = o->grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
+    // spans: kept for --trace, totals only otherwise (the end-of-run report)
+    if (fsdp_trace_enable(R, o->trace_path ? (size_t)1 << 20 : 0) != FSDP_OK) return fail(fsdp_last_error());
+    if (o->collective_timeout > 0 && N > 1) {
+        pthread_t tid;
+        watchdog_timeout = o->collective_timeout;
+        watchdog_rank = R;
+        if (pthread_create(&tid, NULL, watchdog, NULL) == 0) pthread_detach(tid);
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
     if (R == 0) {
         int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs);
         printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
@@ -231,18 +269,25 @@ static int run(train_options *o, fsdp_comm *world) {
             return fail(fsdp_last_error());
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
         loss /= N;
+        int skip = 0;
         if (!isfinite(loss)) {
-            if (R == 0) fprintf(stderr, "fsdp-train: step %d: loss is %g; stopping (lower --lr or add --clip-grad)\n", step, loss);
-            return 1;
+            if (!o->skip_nonfinite) {
+                if (R == 0)
+                    fprintf(stderr, "fsdp-train: step %d: loss is %g; stopping before the update (lower --lr, add "
+                            "--clip-grad, or pass --skip-nonfinite)\n", step, loss);
+                return 1;
+            }
+            if (R == 0) fprintf(stderr, "fsdp-train: step %d: loss is %g; skipping this update\n", step, loss);
+            skip = 1;
         }
-        if (o->clip > 0.0f) {
+        if (o->clip > 0.0f && !skip) {
             double norm = 0.0;
             if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
         float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps, o->min_lr)
                                     : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
-        fsdp_optimizer_step(fs, lr);
+        if (!skip) fsdp_optimizer_step(fs, lr);
         double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(fs) - c0;
         if (step > 0) {
             total_time += dt;
@@ -254,12 +299,25 @@ static int run(train_options *o, fsdp_comm *world) {
             evaluate(fs, &model, val, o, world, idx, targets, &rec.val_loss) != FSDP_OK)
             return fail(fsdp_last_error());
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1);
+        double stop = stop_signal;  // every rank stops after the same step
+        if (fsdp_all_reduce_double(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
+        if (stop > 0) {
+            if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
+                                o->save_path ? "; saving the weights" : "");
+            if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
+            return 130;
+        }
     }
     if (o->steps > 1 && R == 0)
         printf("mean (steps 1..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB)\n",
                o->steps - 1, total_time * 1e3 / (o->steps - 1), (double)tokens_per_step * (o->steps - 1) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
                (double)fsdp_mem_os_peak_rss() / 1048576.0);
+    if (R == 0) fsdp_trace_report(stdout, N);
+    if (o->trace_path) {
+        if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) return fail(fsdp_last_error());
+        if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
+    }
     if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) return fail(fsdp_last_error());
     if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
     int rc = 0;
@@ -278,7 +336,8 @@ int main(int argc, char **argv) {
     train_options o = {.layers = 4, .d_model = 256, .heads = 4, .vocab = 256, .seq = 128, .max_seq = 0,
                        .batch = 8, .grad_accum = 1, .steps = 300, .seed = 0, .threads = 0, .warmup = 20,
                        .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 1.0f,
-                       .eval_batches = 4, .wrap = "transformer", .limit_all_gathers = 2};
+                       .eval_batches = 4, .wrap = "transformer", .limit_all_gathers = 2,
+                       .collective_timeout = 300};
     cli_arg args[] = {
         {"--layers", ARG_INT, &o.layers, "transformer blocks", 1, 1e5, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width", 1, 1e6, NULL},
@@ -315,6 +374,9 @@ int main(int argc, char **argv) {
         {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward", 1, 0, NULL},
         {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once (0: no limit)", 0, 1e6, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
+        {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
+        {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
+        {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss is NaN or Inf (default: stop)", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };
     int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,

@@ -98,7 +98,41 @@ const char *fsdp_comm_backend(const fsdp_comm *c) {
 }
 fsdp_comm_stats fsdp_comm_get_stats(const fsdp_comm *c) { return c->stats; }
 
+static const char *volatile current_name;
+static volatile double current_since;
+
+void fsdp_comm_current(const char **name, double *since) {
+    *name = current_name;
+    *since = current_since;
+}
+
+static void enter(const char *name) {
+    current_name = name;
+    current_since = fsdp_now_sec();
+}
+
+static void leave(void) { current_since = 0.0; }
+
+void fsdp_comm_set_sequence_check(fsdp_comm *c, int on) { c->check_sequence = on; }
+
+// Compares (call number, kind, count) across the group; kind: 1 all-gather, 2 reduce-scatter,
+// 3 all-reduce, 4 broadcast.
+static fsdp_status check_sequence(fsdp_comm *c, int kind, size_t count) {
+    long call = c->calls_issued++;
+    if (!c->check_sequence || c->size == 1) return FSDP_OK;
+    long v[6] = {call, -call, kind, -kind, (long)count, -(long)count};
+    if (MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_LONG, MPI_MAX, c->mpi) != MPI_SUCCESS)
+        return fsdp_error(FSDP_ERR_COMM, "sequence check failed");
+    static const char *kinds[] = {"?", "all_gather", "reduce_scatter", "all_reduce", "broadcast"};
+    if (v[0] != -v[1] || v[2] != -v[3] || v[4] != -v[5])
+        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: rank %d's call #%ld is %s of %zu elements, but the "
+                          "group's calls differ (kinds %s..%s, counts %ld..%ld)", c->rank, call, kinds[kind], count,
+                          kinds[-v[3] > 0 && -v[3] < 5 ? -v[3] : 0], kinds[v[2] > 0 && v[2] < 5 ? v[2] : 0], -v[5], v[4]);
+    return FSDP_OK;
+}
+
 static void account(fsdp_comm *c, double t0, size_t bytes) {
+    leave();
     c->stats.seconds += fsdp_now_sec() - t0;
     c->stats.bytes_sent += bytes;
     c->stats.calls++;
@@ -124,7 +158,12 @@ fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t c
         return FSDP_OK;
     }
     double t0 = fsdp_now_sec();
-    fsdp_status s;
+    enter("all_gather");
+    fsdp_status s = check_sequence(c, 1, count);
+    if (s != FSDP_OK) {
+        leave();
+        return s;
+    }
     if (c->shm) {
         s = comm_shm_all_gather(c, send, recv, count, dt);
     } else {
@@ -143,7 +182,12 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
         return FSDP_OK;
     }
     double t0 = fsdp_now_sec();
-    fsdp_status s;
+    enter("reduce_scatter");
+    fsdp_status s = check_sequence(c, 2, count);
+    if (s != FSDP_OK) {
+        leave();
+        return s;
+    }
     if (c->shm) {
         s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
     } else if (dt == FSDP_F32) {
@@ -160,7 +204,12 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
 fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
     if (c->size == 1) return FSDP_OK;
     double t0 = fsdp_now_sec();
-    fsdp_status s;
+    enter("all_reduce");
+    fsdp_status s = check_sequence(c, 3, count);
+    if (s != FSDP_OK) {
+        leave();
+        return s;
+    }
     if (c->shm) {
         s = comm_shm_all_reduce(c, buf, count, dt, op);
     } else if (dt == FSDP_F32) {
@@ -176,18 +225,31 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
 fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root) {
     if (c->size == 1) return FSDP_OK;
     double t0 = fsdp_now_sec();
-    fsdp_status s = mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
+    enter("broadcast");
+    fsdp_status s = check_sequence(c, 4, count);
+    if (s != FSDP_OK) {
+        leave();
+        return s;
+    }
+    s = mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
     account(c, t0, c->rank == root ? count * fsdp_dtype_size(dt) : 0);
     return s;
 }
 
 fsdp_status fsdp_barrier(fsdp_comm *c) {
-    return c->size == 1 ? FSDP_OK : mpi_check(MPI_Barrier(c->mpi), "MPI_Barrier");
+    if (c->size == 1) return FSDP_OK;
+    enter("barrier");
+    fsdp_status s = mpi_check(MPI_Barrier(c->mpi), "MPI_Barrier");
+    leave();
+    return s;
 }
 
 fsdp_status fsdp_all_reduce_double(fsdp_comm *c, double *value) {
     if (c->size == 1) return FSDP_OK;
-    return mpi_check(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->mpi), "MPI_Allreduce");
+    enter("all_reduce(double)");
+    fsdp_status s = mpi_check(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->mpi), "MPI_Allreduce");
+    leave();
+    return s;
 }
 
 static fsdp_status new_request(fsdp_comm *c, fsdp_comm_request **req) {

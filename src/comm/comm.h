@@ -62,6 +62,14 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done);  // *done = 1 whe
 void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes);
 void fsdp_comm_free_shared(fsdp_comm *c, void *ptr);  // collective
 
+// Debug support (FSDP_DEBUG=DETAIL): before every collective on a group with checking on, the ranks
+// compare (call number, kind, element count) with one small all-reduce; a mismatch (ranks running
+// different collective sequences) fails that collective on every rank with a message naming the call.
+void fsdp_comm_set_sequence_check(fsdp_comm *c, int on);
+// The collective this process is blocked in: its name and when it started (0 when none). For a
+// watchdog thread; reads are racy by design but never crash.
+void fsdp_comm_current(const char **name, double *since);
+
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {
     double seconds;

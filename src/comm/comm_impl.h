@@ -19,6 +19,8 @@ struct fsdp_comm {
     int parity;          // which half the next collective uses
     struct shm_region *regions;  // (n_regions,) buffers from fsdp_comm_alloc_shared
     int n_regions;
+    int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count) across ranks first
+    long calls_issued;   // collectives issued on this group (the sequence number)
     fsdp_comm_stats stats;
 };
 

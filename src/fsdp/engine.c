@@ -1,6 +1,7 @@
 // engine.c: the unit lifecycle (unshard, bind the original parameters, reshard), gradient
 // reduction, the hooks on the model's blocks, and the sharded optimizer step.
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,12 +9,28 @@
 #include "core/timer.h"
 #include "fsdp/fsdp_internal.h"
 #include "kernels/kernels.h"
+#include "prof/trace.h"
 
 static void bind_params(fsdp_unit *u, float *flat, int grads) {
     for (int i = 0; i < u->n_params; i++) {
         if (grads) u->params[i]->grad = flat ? flat + u->offsets[i] : NULL;
         else u->params[i]->data = flat ? flat + u->offsets[i] : NULL;
     }
+}
+
+// FSDP_DEBUG=DETAIL: one line per collective the engine issues
+static void log_collective(const fsdp_state *s, const fsdp_unit *u, const char *op, size_t bytes, double seconds) {
+    if (s->debug < 2) return;
+    fprintf(stderr, "fsdp[rank %d] step %ld unit %s %s %.2f MB %.3f ms\n", fsdp_comm_rank(s->world), s->step,
+            u->name, op, (double)bytes / 1e6, seconds * 1e3);
+}
+
+// Adds the step and unit to the last error of a failed collective.
+static fsdp_status with_context(const fsdp_state *s, const fsdp_unit *u, const char *op, fsdp_status st) {
+    if (st == FSDP_OK) return st;
+    char msg[768];
+    snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+    return fsdp_error(st, "rank %d, step %ld, unit %s, %s: %s", fsdp_comm_rank(s->world), s->step, u->name, op, msg);
 }
 
 fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst) {
@@ -44,11 +61,25 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
         return FSDP_OK;
     u->full = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
     if (!u->full) return FSDP_ERR_NOMEM;
-    if (u->shard_shared)  // zero-copy: the peers' shards are read where they live
-        return fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
-    memcpy(u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
-    return fsdp_iall_gather(s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel, FSDP_F32,
-                            &u->gather);
+    if (u->index == s->desync_unit && fsdp_comm_rank(s->world) == s->desync_rank) {  // test hook
+        double stray = 0.0;
+        FSDP_CHECK(with_context(s, u, "all_gather", fsdp_all_reduce(s->shard_comm, &stray, 1, FSDP_F32, FSDP_SUM)));
+    }
+    size_t bytes = sizeof(float) * (size_t)u->padded;
+    fsdp_trace_begin(respect_limit ? "all_gather (prefetch)" : "all_gather", FSDP_SPAN_COMM, u->name);
+    fsdp_trace_add_bytes(bytes);
+    double t0 = fsdp_now_sec();
+    fsdp_status st;
+    if (u->shard_shared) {  // zero-copy: the peers' shards are read where they live
+        st = fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
+    } else {
+        memcpy(u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
+        st = fsdp_iall_gather(s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel, FSDP_F32,
+                              &u->gather);
+    }
+    fsdp_trace_end();
+    log_collective(s, u, "all_gather", bytes, fsdp_now_sec() - t0);
+    return with_context(s, u, "all_gather", st);
 }
 
 fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
@@ -105,16 +136,25 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
         return FSDP_OK;
     }
     const fsdp_kernels *k = fsdp_kernels_cpu();
+    const char *op = s->replicated ? "all_reduce" : "reduce_scatter";
+    size_t bytes = sizeof(float) * (size_t)u->padded;
+    fsdp_trace_begin(op, FSDP_SPAN_COMM, u->name);
+    fsdp_trace_add_bytes(bytes);
+    double t0 = fsdp_now_sec();
+    fsdp_status st;
     if (s->replicated) {
-        FSDP_CHECK(fsdp_all_reduce(s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG));
-        k->add_inplace(u->shard_grad, u->full_grad, (size_t)u->padded);
+        st = fsdp_all_reduce(s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK) k->add_inplace(u->shard_grad, u->full_grad, (size_t)u->padded);
     } else {
-        FSDP_CHECK(fsdp_reduce_scatter(s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->shard_numel,
-                                       FSDP_F32, FSDP_AVG));
-        if (s->replica_comm)
-            FSDP_CHECK(fsdp_all_reduce(s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG));
-        k->add_inplace(u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
+        st = fsdp_reduce_scatter(s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32,
+                                 FSDP_AVG);
+        if (st == FSDP_OK && s->replica_comm)
+            st = fsdp_all_reduce(s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK) k->add_inplace(u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
     }
+    fsdp_trace_end();
+    log_collective(s, u, op, bytes, fsdp_now_sec() - t0);
+    FSDP_CHECK(with_context(s, u, op, st));
     if (!u->grad_staged) fsdp_free(u->full_grad);
     u->full_grad = NULL;
     u->grad_staged = 0;
@@ -144,19 +184,30 @@ static void record_order(fsdp_state *s, fsdp_unit *u) {
     s->order[s->order_len++] = u->index;
 }
 
+static const char *block_label(const fsdp_state *s, const fsdp_unit *u, int block, char *buf, size_t cap) {
+    if (u) return u->name;
+    snprintf(buf, cap, s->model.block_prefix, block);
+    return buf;
+}
+
 static fsdp_status hook_pre_forward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
-    if (!u) return FSDP_OK;
-    record_order(s, u);
-    FSDP_CHECK(fsdp_unshard(s, u));
-    fsdp_unit *next = s->cfg.forward_prefetch && s->order_known ? next_unit(s, u, +1) : NULL;
-    return next ? start_unshard(s, next, 1) : FSDP_OK;
+    char label[64];
+    if (u) {
+        record_order(s, u);
+        FSDP_CHECK(fsdp_unshard(s, u));
+        fsdp_unit *next = s->cfg.forward_prefetch && s->order_known ? next_unit(s, u, +1) : NULL;
+        if (next) FSDP_CHECK(start_unshard(s, next, 1));
+    }
+    fsdp_trace_begin("forward", FSDP_SPAN_COMPUTE, block_label(s, u, block, label, sizeof label));
+    return FSDP_OK;
 }
 
 static fsdp_status hook_post_forward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
+    fsdp_trace_end();
     if (u && !keeps_params_for_backward(s)) fsdp_reshard(s, u);
     return FSDP_OK;
 }
@@ -164,17 +215,22 @@ static fsdp_status hook_post_forward(void *user, int block) {
 static fsdp_status hook_pre_backward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
-    if (!u) return FSDP_OK;
-    s->order_known = 1;  // a whole forward has run
-    FSDP_CHECK(fsdp_unshard(s, u));
-    FSDP_CHECK(fsdp_bind_grads(s, u));
-    fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_PRE ? next_unit(s, u, -1) : NULL;
-    return next ? start_unshard(s, next, 1) : FSDP_OK;
+    char label[64];
+    if (u) {
+        s->order_known = 1;  // a whole forward has run
+        FSDP_CHECK(fsdp_unshard(s, u));
+        FSDP_CHECK(fsdp_bind_grads(s, u));
+        fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_PRE ? next_unit(s, u, -1) : NULL;
+        if (next) FSDP_CHECK(start_unshard(s, next, 1));
+    }
+    fsdp_trace_begin("backward", FSDP_SPAN_COMPUTE, block_label(s, u, block, label, sizeof label));
+    return FSDP_OK;
 }
 
 static fsdp_status hook_post_backward(void *user, int block) {
     fsdp_state *s = user;
     fsdp_unit *u = unit_of_block(s, block);
+    fsdp_trace_end();
     if (!u) return FSDP_OK;
     fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_POST ? next_unit(s, u, -1) : NULL;
     if (next) FSDP_CHECK(start_unshard(s, next, 1));
@@ -192,6 +248,17 @@ fsdp_status engine_install_hooks(fsdp_state *s) {
     s->hooks.post_backward = hook_post_backward;
     s->model.blocks->hooks = &s->hooks;
     s->sync = 1;
+    const char *dbg = getenv("FSDP_DEBUG");
+    s->debug = !dbg ? 0 : strcmp(dbg, "DETAIL") == 0 ? 2 : strcmp(dbg, "INFO") == 0 ? 1 : 0;
+    if (s->debug >= 2) {
+        fsdp_comm_set_sequence_check(s->world, 1);
+        fsdp_comm_set_sequence_check(s->shard_comm, 1);
+        if (s->replica_comm) fsdp_comm_set_sequence_check(s->replica_comm, 1);
+    }
+    const char *desync = getenv("FSDP_TEST_DESYNC");
+    s->desync_rank = s->desync_unit = -1;
+    if (desync && sscanf(desync, "%d:%d", &s->desync_rank, &s->desync_unit) != 2) s->desync_rank = s->desync_unit = -1;
+    if (s->debug >= 1 && fsdp_comm_rank(s->world) == 0) fsdp_print_summary(s, stderr);
     s->order = calloc((size_t)(s->n_units ? s->n_units : 1), sizeof(int));
     if (!s->order) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < s->n_units; i++) s->units[i].order_pos = -1;
@@ -255,9 +322,12 @@ fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
 
 void fsdp_optimizer_step(fsdp_state *s, float lr) {
     const fsdp_kernels *k = fsdp_kernels_cpu();
+    s->step++;
+    fsdp_trace_begin("optimizer", FSDP_SPAN_COMPUTE, NULL);
     fsdp_adamw_begin_step(&s->opt);
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
         fsdp_adamw_update(k, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->shard_numel);
     }
+    fsdp_trace_end();
 }

@@ -49,6 +49,9 @@ struct fsdp_state {
     int order_len;
     int order_known;          // 1 once a whole forward has been recorded
     double comm_wait_seconds; // time spent waiting for collectives the engine issued
+    int debug;                // FSDP_DEBUG: 0 off, 1 INFO, 2 DETAIL
+    int desync_rank, desync_unit;  // FSDP_TEST_DESYNC=R:U test hook: rank R issues a stray collective at unit U
+    long step;                // optimizer steps taken (for messages)
     float *staging[2];        // (max padded,) shared gradient buffers for zero-copy reduce-scatter, or NULL
     int64_t staging_numel;
     int next_staging;
