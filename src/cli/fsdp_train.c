@@ -254,6 +254,8 @@ static int run(train_options *o, fsdp_comm *world) {
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
     if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) return 1;
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
+    const char *nan_env = getenv("FSDP_TEST_NAN_STEP");
+    int nan_step = nan_env ? atoi(nan_env) : -1;
     for (int step = 0; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
         fsdp_zero_grad(fs);
@@ -269,6 +271,7 @@ static int run(train_options *o, fsdp_comm *world) {
             return fail(fsdp_last_error());
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
         loss /= N;
+        if (nan_step >= 0 && step == nan_step) loss = NAN;  // FSDP_TEST_NAN_STEP test hook
         int skip = 0;
         if (!isfinite(loss)) {
             if (!o->skip_nonfinite) {
@@ -279,6 +282,7 @@ static int run(train_options *o, fsdp_comm *world) {
             }
             if (R == 0) fprintf(stderr, "fsdp-train: step %d: loss is %g; skipping this update\n", step, loss);
             skip = 1;
+            fsdp_zero_grad(fs);
         }
         if (o->clip > 0.0f && !skip) {
             double norm = 0.0;

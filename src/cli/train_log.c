@@ -1,6 +1,7 @@
 // train_log.c: progress line, JSON lines log and the loss-curve plot (gnuplot) of fsdp-train.
 #include "cli/train_log.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -36,10 +37,13 @@ void train_log_step(train_log *log, const train_record *r, int total_steps, doub
            r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes / 1048576.0, eta);
     fflush(stdout);
     if (log->jsonl) {
+        char loss[32];  // JSON has no NaN or Inf: a skipped non-finite step records null
+        if (isfinite(r->loss)) snprintf(loss, sizeof loss, "%.9g", r->loss);
+        else snprintf(loss, sizeof loss, "null");
         fprintf(log->jsonl,
-                "{\"step\": %d, \"loss\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.3f, \"ms_step\": %.3f, "
+                "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"tokens_per_s\": %.3f, \"ms_step\": %.3f, "
                 "\"exposed_comm_pct\": %.3f, \"peak_mem_bytes\": %.0f",
-                r->step, r->loss, r->lr, r->tokens_per_s, r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes);
+                r->step, loss, r->lr, r->tokens_per_s, r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes);
         if (r->val_loss >= 0) fprintf(log->jsonl, ", \"val_loss\": %.9g", r->val_loss);
         fprintf(log->jsonl, "}\n");
         fflush(log->jsonl);
