@@ -92,6 +92,22 @@ void fsdp_scale_grads(fsdp_state *s, float factor);
 fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg);
 void fsdp_optimizer_step(fsdp_state *s, float lr);
 
+// Sharded checkpoints. A checkpoint directory holds shard_NNNNN.safetensors per rank (each parameter's
+// and its AdamW moments' pieces that rank held, as 1-D tensors "<name>", "exp_avg.<name>",
+// "exp_avg_sq.<name>"), and index.safetensors (for each parameter its shape "shape.<name>" and pieces
+// "pieces.<name>" = rows of (rank, first element, count); metadata: world size, strategy, trainer state,
+// each shard file's CRC-32), then the marker DONE, written last by rank 0 after every rank finished.
+// Loading works on any world size and strategy: each rank reads only the ranges it now holds.
+typedef struct {
+    int64_t step;          // optimizer steps completed
+    int64_t seed;
+    int64_t global_batch;  // sequences per optimizer step when saved (data position carries over if equal)
+} fsdp_trainer_state;
+fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts);
+// Fails (on every rank, with the model untouched) unless every file is present, checksums match and
+// every tensor fits the model.
+fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts);
+
 // Layout and memory
 int fsdp_unit_count(const fsdp_state *s);
 int64_t fsdp_local_numel(const fsdp_state *s);  // sum of this rank's shard sizes

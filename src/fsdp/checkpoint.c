@@ -1,0 +1,364 @@
+// checkpoint.c: sharded checkpoints that load on any world size and strategy (format in fsdp.h).
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt/crc32.h"
+#include "ckpt/safetensors.h"
+#include "core/alloc.h"
+#include "fsdp/fsdp_internal.h"
+
+#define CKPT_FORMAT "fsdp.c sharded checkpoint v1"
+
+typedef struct {
+    int64_t elem_begin, count, shard_pos;  // a rank's piece of a parameter: elements and where in its shard
+} piece;
+
+// The piece of parameter i of unit u held by the rank whose shard starts at flat element shard_begin.
+static piece piece_at(const fsdp_unit *u, int i, int64_t shard_begin) {
+    piece pc = {0, 0, 0};
+    int64_t p0 = u->offsets[i], p1 = p0 + u->params[i]->numel;
+    int64_t s0 = shard_begin, s1 = s0 + u->shard_numel;
+    int64_t a = p0 > s0 ? p0 : s0, b = p1 < s1 ? p1 : s1;
+    if (a < b) {
+        pc.elem_begin = a - p0;
+        pc.count = b - a;
+        pc.shard_pos = a - s0;
+    }
+    return pc;
+}
+
+// Whether this rank writes its pieces: replicas of a shard (NO_SHARD/DDP, HYBRID groups > 0) do not.
+static int writes_pieces(const fsdp_state *s) {
+    if (s->replicated) return fsdp_comm_rank(s->world) == 0;
+    return s->replica_comm ? fsdp_comm_rank(s->replica_comm) == 0 : 1;
+}
+
+static void shard_file(char *buf, size_t cap, const char *dir, int rank) {
+    snprintf(buf, cap, "%s/shard_%05d.safetensors", dir, rank);
+}
+
+// Every rank learns whether any rank failed; returns FSDP_OK only when none did.
+static fsdp_status agree(fsdp_state *s, fsdp_status mine, const char *what) {
+    double failed = mine != FSDP_OK;
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+    fsdp_status c = fsdp_all_reduce_double(s->world, &failed);
+    if (c != FSDP_OK) return c;
+    if (mine != FSDP_OK) return fsdp_error(mine, "%s", msg);
+    return failed > 0 ? fsdp_error(FSDP_ERR_IO, "%s failed on another rank", what) : FSDP_OK;
+}
+
+static fsdp_status write_shard(fsdp_state *s, const char *path) {
+    st_writer *w = st_writer_new(path);
+    if (!w) return FSDP_ERR_NOMEM;
+    fsdp_status st = st_writer_add_metadata(w, "format", CKPT_FORMAT);
+    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
+        const fsdp_unit *u = &s->units[ui];
+        for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
+            piece pc = piece_at(u, i, u->shard_begin);
+            if (!pc.count) continue;
+            const char *name = u->params[i]->name;
+            int64_t shape[1] = {pc.count};
+            char key[NN_NAME_MAX + 32];
+            st = st_writer_add(w, name, ST_F32, 1, shape, u->shard + pc.shard_pos);
+            if (st == FSDP_OK && s->have_opt) {
+                snprintf(key, sizeof key, "exp_avg.%s", name);
+                st = st_writer_add(w, key, ST_F32, 1, shape, s->opt.m + u->opt_offset + pc.shard_pos);
+                snprintf(key, sizeof key, "exp_avg_sq.%s", name);
+                if (st == FSDP_OK) st = st_writer_add(w, key, ST_F32, 1, shape, s->opt.v + u->opt_offset + pc.shard_pos);
+            }
+        }
+    }
+    if (st != FSDP_OK) {
+        st_writer_free(w);
+        return st;
+    }
+    return st_writer_commit(w);
+}
+
+// rank 0: shapes, every writer's pieces (computed from the layout), trainer state and checksums
+static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts, const uint32_t *crcs,
+                               const int *writers) {
+    char path[4096], key[NN_NAME_MAX + 32], val[64];
+    snprintf(path, sizeof path, "%s/index.safetensors", dir);
+    st_writer *w = st_writer_new(path);
+    if (!w) return FSDP_ERR_NOMEM;
+    int N = fsdp_comm_size(s->world), G = s->replicated ? 1 : fsdp_comm_size(s->shard_comm);
+    int np = s->model.params->count;
+    int64_t *tables = calloc((size_t)np * (size_t)(G + 4) * 3 + 1, sizeof(int64_t));
+    int64_t *shapes = calloc((size_t)np * 4 + 1, sizeof(int64_t));
+    fsdp_status st = (tables && shapes) ? FSDP_OK : FSDP_ERR_NOMEM;
+    struct { const char *k; int64_t v; } meta[] = {
+        {"world_size", N}, {"strategy", s->cfg.strategy}, {"step", ts->step}, {"seed", ts->seed},
+        {"global_batch", ts->global_batch}, {"adam_step", s->have_opt ? s->opt.step : 0}};
+    st = st == FSDP_OK ? st_writer_add_metadata(w, "format", CKPT_FORMAT) : st;
+    for (size_t m = 0; m < sizeof meta / sizeof meta[0] && st == FSDP_OK; m++) {
+        snprintf(val, sizeof val, "%lld", (long long)meta[m].v);
+        st = st_writer_add_metadata(w, meta[m].k, val);
+    }
+    for (int r = 0; r < N && st == FSDP_OK; r++) {
+        if (!writers[r]) continue;
+        snprintf(key, sizeof key, "crc32.shard_%05d.safetensors", r);
+        snprintf(val, sizeof val, "%08x", crcs[r]);
+        st = st_writer_add_metadata(w, key, val);
+    }
+    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
+        const fsdp_unit *u = &s->units[ui];
+        for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
+            const nn_param *p = u->params[i];
+            int pi = (int)(p - s->model.params->items);
+            int64_t *shape = shapes + (size_t)pi * 4, *rows = tables + (size_t)pi * (size_t)(G + 4) * 3;
+            for (int d = 0; d < p->ndim; d++) shape[d] = p->shape[d];
+            int64_t dims[2] = {p->ndim, 0};
+            snprintf(key, sizeof key, "shape.%s", p->name);
+            st = st_writer_add(w, key, ST_I64, 1, dims, shape);
+            int n_rows = 0;
+            for (int q = 0; q < G && st == FSDP_OK; q++) {  // shard-group rank q = world rank q of group 0
+                piece pc = piece_at(u, i, s->replicated ? 0 : (int64_t)q * u->shard_numel);
+                if (!pc.count) continue;
+                rows[3 * n_rows] = q;
+                rows[3 * n_rows + 1] = pc.elem_begin;
+                rows[3 * n_rows + 2] = pc.count;
+                n_rows++;
+            }
+            int64_t tshape[2] = {n_rows, 3};
+            snprintf(key, sizeof key, "pieces.%s", p->name);
+            if (st == FSDP_OK) st = st_writer_add(w, key, ST_I64, 2, tshape, rows);
+        }
+    }
+    st = st == FSDP_OK ? st_writer_commit(w) : (st_writer_free(w), st);
+    free(tables);
+    free(shapes);
+    return st;
+}
+
+static fsdp_status write_marker(const char *dir) {
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/DONE", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    fprintf(f, "complete\n");
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    fclose(f);
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot write the completion marker", path);
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts) {
+    int R = fsdp_comm_rank(s->world), N = fsdp_comm_size(s->world);
+    fsdp_status st = FSDP_OK;
+    if (R == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        st = fsdp_error(FSDP_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    FSDP_CHECK(agree(s, st, "creating the checkpoint directory"));
+    char path[4096];
+    shard_file(path, sizeof path, dir, R);
+    int mine_writes = writes_pieces(s);
+    uint32_t crc = 0;
+    if (mine_writes) {
+        st = write_shard(s, path);
+        if (st == FSDP_OK) st = fsdp_crc32_file(path, &crc);
+    }
+    FSDP_CHECK(agree(s, st, "writing shards"));
+    const char *crash = getenv("FSDP_TEST_CRASH_IN_SAVE");  // test hook: die like kill -9 mid-save
+    if (crash && atoll(crash) == ts->step) raise(SIGKILL);
+    uint32_t *crcs = calloc((size_t)N, sizeof(uint32_t));
+    float *flags = calloc((size_t)N, sizeof(float));
+    int *writers = calloc((size_t)N, sizeof(int));
+    if (!crcs || !flags || !writers) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    float flag = (float)mine_writes, crc_bits;
+    memcpy(&crc_bits, &crc, sizeof crc);
+    st = fsdp_all_gather(s->world, &crc_bits, crcs, 1, FSDP_F32);  // raw bits: a copy
+    if (st == FSDP_OK) st = fsdp_all_gather(s->world, &flag, flags, 1, FSDP_F32);
+    for (int r = 0; r < N; r++) writers[r] = flags[r] != 0.0f;
+    if (st == FSDP_OK && R == 0) st = write_index(s, dir, ts, crcs, writers);
+    free(crcs);
+    free(flags);
+    free(writers);
+    FSDP_CHECK(agree(s, st, "writing the index"));
+    if (R == 0) st = write_marker(dir);  // last, after every rank's files are complete
+    return agree(s, st, "writing the completion marker");
+}
+
+// --------------------------------------------------------------------------------- loading
+
+typedef struct {
+    int n;
+    st_file **files;  // (n,) opened (and checksum-verified) shard files, NULL until needed
+} shard_cache;
+
+static fsdp_status open_shard(const char *dir, const st_file *index, shard_cache *c, int rank, st_file **out) {
+    if (rank < 0 || rank >= c->n) return fsdp_error(FSDP_ERR_FORMAT, "%s: index names shard %d of %d", dir, rank, c->n);
+    if (!c->files[rank]) {
+        char path[4096], key[64];
+        shard_file(path, sizeof path, dir, rank);
+        snprintf(key, sizeof key, "crc32.shard_%05d.safetensors", rank);
+        const char *want = st_metadata(index, key);
+        uint32_t crc = 0;
+        FSDP_CHECK(fsdp_crc32_file(path, &crc));
+        char have[16];
+        snprintf(have, sizeof have, "%08x", crc);
+        if (!want || strcmp(want, have) != 0)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: checksum mismatch (index %s, file %s): the file is damaged", path,
+                              want ? want : "none", have);
+        FSDP_CHECK(st_open(path, &c->files[rank]));
+    }
+    *out = c->files[rank];
+    return FSDP_OK;
+}
+
+static int64_t meta_int(const st_file *f, const char *key, int64_t dflt) {
+    const char *v = st_metadata(f, key);
+    return v ? strtoll(v, NULL, 10) : dflt;
+}
+
+// Fills dst (count,) = elements [first, first+count) of `tensor` (a parameter, or its exp_avg/exp_avg_sq
+// when prefix is set), from whichever saved pieces cover them.
+static fsdp_status read_range(const char *dir, const st_file *index, shard_cache *c, const char *prefix,
+                              const nn_param *p, const int64_t *rows, int n_rows, int64_t first, int64_t count,
+                              float *dst) {
+    char name[NN_NAME_MAX + 32];
+    snprintf(name, sizeof name, "%s%s", prefix, p->name);
+    int64_t covered = 0;
+    for (int r = 0; r < n_rows; r++) {
+        int64_t rank = rows[3 * r], b = rows[3 * r + 1], n = rows[3 * r + 2];
+        int64_t lo = first > b ? first : b, hi = first + count < b + n ? first + count : b + n;
+        if (lo >= hi) continue;
+        st_file *f = NULL;
+        FSDP_CHECK(open_shard(dir, index, c, (int)rank, &f));
+        int64_t shape[1] = {n};
+        FSDP_CHECK(st_read_f32_range(f, name, dst + (lo - first), 1, shape, lo - b, hi - lo));
+        covered += hi - lo;
+    }
+    if (covered != count)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s': the checkpoint covers %lld of the %lld elements needed",
+                          dir, name, (long long)covered, (long long)count);
+    return FSDP_OK;
+}
+
+static fsdp_status load_into(fsdp_state *s, const char *dir, const st_file *index, float *shards, float *m, float *v,
+                             int with_opt) {
+    shard_cache cache = {(int)meta_int(index, "world_size", 0), NULL};
+    if (cache.n <= 0) return fsdp_error(FSDP_ERR_FORMAT, "%s: index has no world_size", dir);
+    cache.files = calloc((size_t)cache.n, sizeof(st_file *));
+    if (!cache.files) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    fsdp_status st = FSDP_OK;
+    int64_t base = 0;
+    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
+        const fsdp_unit *u = &s->units[ui];
+        for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
+            const nn_param *p = u->params[i];
+            char key[NN_NAME_MAX + 32];
+            snprintf(key, sizeof key, "shape.%s", p->name);
+            const st_entry *se = st_find(index, key);
+            int64_t shape[4] = {0}, dims[1] = {p->ndim};
+            if (!se) {
+                st = fsdp_error(FSDP_ERR_MISSING, "%s: the checkpoint has no tensor '%s'", dir, p->name);
+                break;
+            }
+            if (se->ndim != 1 || se->shape[0] != p->ndim) {
+                st = fsdp_error(FSDP_ERR_SHAPE, "%s: tensor '%s' has %lld dimensions in the checkpoint, the model %d",
+                                dir, p->name, se->ndim == 1 ? (long long)se->shape[0] : -1LL, p->ndim);
+                break;
+            }
+            int32_t sh32[4] = {0};
+            st = st_read_i32(index, key, sh32, 1, dims);
+            int same = 1;
+            for (int d = 0; d < p->ndim; d++) {
+                shape[d] = sh32[d];
+                same &= shape[d] == p->shape[d];
+            }
+            if (st == FSDP_OK && !same) {
+                char a[64], b[64];
+                st = fsdp_error(FSDP_ERR_SHAPE, "%s: tensor '%s' has shape %s in the checkpoint, the model %s", dir,
+                                p->name, fsdp_shape_str(p->ndim, shape, a, sizeof a),
+                                fsdp_shape_str(p->ndim, p->shape, b, sizeof b));
+            }
+            snprintf(key, sizeof key, "pieces.%s", p->name);
+            const st_entry *pe = st_find(index, key);
+            if (st == FSDP_OK && (!pe || pe->ndim != 2 || pe->shape[1] != 3))
+                st = fsdp_error(FSDP_ERR_FORMAT, "%s: index has no valid pieces for '%s'", dir, p->name);
+            if (st != FSDP_OK) break;
+            int n_rows = (int)pe->shape[0];
+            int32_t *rows32 = malloc(sizeof(int32_t) * (size_t)(3 * n_rows + 1));
+            int64_t *rows = malloc(sizeof(int64_t) * (size_t)(3 * n_rows + 1));
+            int64_t tshape[2] = {n_rows, 3};
+            st = rows && rows32 ? st_read_i32(index, key, rows32, 2, tshape) : FSDP_ERR_NOMEM;
+            for (int r = 0; st == FSDP_OK && r < 3 * n_rows; r++) rows[r] = rows32[r];
+            piece pc = piece_at(u, i, u->shard_begin);
+            if (st == FSDP_OK && pc.count) {
+                st = read_range(dir, index, &cache, "", p, rows, n_rows, pc.elem_begin, pc.count,
+                                shards + base + pc.shard_pos);
+                if (st == FSDP_OK && with_opt)
+                    st = read_range(dir, index, &cache, "exp_avg.", p, rows, n_rows, pc.elem_begin, pc.count,
+                                    m + base + pc.shard_pos);
+                if (st == FSDP_OK && with_opt)
+                    st = read_range(dir, index, &cache, "exp_avg_sq.", p, rows, n_rows, pc.elem_begin, pc.count,
+                                    v + base + pc.shard_pos);
+            }
+            free(rows);
+            free(rows32);
+        }
+        base += u->shard_numel;
+    }
+    for (int r = 0; r < cache.n; r++) st_close(cache.files[r]);
+    free(cache.files);
+    return st;
+}
+
+fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/DONE", dir);
+    fsdp_status st = access(path, F_OK) == 0
+                         ? FSDP_OK
+                         : fsdp_error(FSDP_ERR_MISSING, "%s: no completion marker DONE: the checkpoint is incomplete", dir);
+    st_file *index = NULL;
+    snprintf(path, sizeof path, "%s/index.safetensors", dir);
+    if (st == FSDP_OK) st = st_open(path, &index);
+    if (st == FSDP_OK && (!st_metadata(index, "format") || strcmp(st_metadata(index, "format"), CKPT_FORMAT) != 0))
+        st = fsdp_error(FSDP_ERR_FORMAT, "%s: not an fsdp.c sharded checkpoint index", path);
+    int64_t local = fsdp_local_numel(s);
+    int with_opt = s->have_opt;
+    float *shards = fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER);
+    float *m = with_opt ? fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER) : NULL;
+    float *v = with_opt ? fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER) : NULL;
+    if (st == FSDP_OK && (!shards || (with_opt && (!m || !v)))) st = FSDP_ERR_NOMEM;
+    if (st == FSDP_OK) st = load_into(s, dir, index, shards, m, v, with_opt);
+    fsdp_trainer_state loaded = {0, 0, 0};
+    int64_t adam_step = 0;
+    if (st == FSDP_OK) {
+        loaded.step = meta_int(index, "step", 0);
+        loaded.seed = meta_int(index, "seed", 0);
+        loaded.global_batch = meta_int(index, "global_batch", 0);
+        adam_step = meta_int(index, "adam_step", 0);
+    }
+    st_close(index);
+    st = agree(s, st, "loading the checkpoint");
+    if (st == FSDP_OK) {  // every rank read everything: only now touch the live model
+        int64_t base = 0;
+        for (int ui = 0; ui < s->n_units; ui++) {
+            fsdp_unit *u = &s->units[ui];
+            memcpy(u->shard, shards + base, sizeof(float) * (size_t)u->shard_numel);
+            if (with_opt) {
+                memcpy(s->opt.m + u->opt_offset, m + base, sizeof(float) * (size_t)u->shard_numel);
+                memcpy(s->opt.v + u->opt_offset, v + base, sizeof(float) * (size_t)u->shard_numel);
+            }
+            base += u->shard_numel;
+        }
+        if (with_opt) s->opt.step = adam_step;
+        s->step = loaded.step;
+        if (ts) *ts = loaded;
+    }
+    fsdp_free(shards);
+    fsdp_free(m);
+    fsdp_free(v);
+    return st;
+}

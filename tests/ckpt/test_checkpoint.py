@@ -1,0 +1,131 @@
+"""Sharded checkpoints through fsdp-train: exact (bitwise) resume on the same world size, resume on any
+other world size 1-4 and another strategy, --keep-last rotation, --resume auto skipping incomplete
+checkpoints, a rank killed mid-save leaving the previous checkpoint loadable, and damaged checkpoints
+(flipped byte, missing shard, truncated shard, another model) failing with a message naming the file
+or tensor."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "parity"))
+from fsdp_testlib import Checker, parse_args, tmpdir  # noqa: E402
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
+MODEL = ["--layers", "2", "--d-model", "48", "--heads", "4", "--seq", "16", "--threads", "1", "--lr", "3e-3"]
+GLOBAL_BATCH = 12
+
+
+def train(binary, n, extra, env=None):
+    full = dict(os.environ)
+    full.update(MPI_ENV)
+    xs = []
+    for k, v in (env or {}).items():
+        full[k] = v
+        xs += ["-x", k]
+    cmd = ["mpirun", "-np", str(n)] + xs + [binary] + MODEL + ["--batch", str(GLOBAL_BATCH // n)] + extra
+    return subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=600)
+
+
+def losses(path):
+    return [json.loads(line)["loss"] for line in open(path)]
+
+
+def main():
+    args = parse_args()
+    binary = os.path.join(args.bin, "fsdp-train")
+    tmp = tmpdir()
+    chk = Checker("checkpoints")
+
+    # uninterrupted references, 6 steps, on 1 and 2 ranks
+    ref = {}
+    for n in (1, 2):
+        r = train(binary, n, ["--steps", "6", "--log-jsonl", f"{tmp}/ref{n}.jsonl"])
+        assert r.returncode == 0, r.stderr
+        ref[n] = losses(f"{tmp}/ref{n}.jsonl")
+
+    # exact resume: save after 3 steps, resume to 6, on the same world size: bitwise equal
+    ck = f"{tmp}/ck2"
+    r = train(binary, 2, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ck])
+    chk.close("save: exit status", [r.returncode], [0], 0, 0)
+    r = train(binary, 2, ["--steps", "6", "--resume", "auto", "--ckpt-dir", ck, "--log-jsonl", f"{tmp}/res.jsonl"])
+    got = losses(f"{tmp}/res.jsonl")
+    chk.close("resume on 2 ranks prints steps 3..5", [json.loads(line)["step"] for line in open(f"{tmp}/res.jsonl")],
+              [3, 4, 5], 0, 0)
+    chk.close("resume on the same world size is bitwise identical", [int(got == ref[2][3:])], [1], 0, 0)
+
+    # N -> M: save on N ranks, resume on M ranks (and another strategy): fp32 reduction tolerance
+    for n in (1, 2, 3, 4):
+        ckn = f"{tmp}/ckn{n}"
+        train(binary, n, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ckn])
+        for m in (1, 2, 3, 4):
+            strategy = ["--strategy", "no_shard"] if (n + m) % 3 == 0 else []
+            r = train(binary, m, ["--steps", "6", "--resume", f"{ckn}/step_00000003", "--log-jsonl",
+                                  f"{tmp}/r{n}{m}.jsonl"] + strategy)
+            if r.returncode:
+                print(r.stderr)
+            chk.close(f"saved on {n} ranks, resumed on {m}{' as no_shard' if strategy else ''}",
+                      losses(f"{tmp}/r{n}{m}.jsonl") if r.returncode == 0 else [0, 0, 0], ref[1][3:], 2e-5, 0)
+
+    # --keep-last 2 with a save every step keeps the two newest
+    ckk = f"{tmp}/keep"
+    train(binary, 2, ["--steps", "5", "--save-every", "1", "--keep-last", "2", "--ckpt-dir", ckk])
+    chk.close("--keep-last 2 keeps the two newest", [int(sorted(os.listdir(ckk)) == ["step_00000004", "step_00000005"])],
+              [1], 0, 0)
+
+    # --resume auto ignores a checkpoint without its DONE marker; a rank killed mid-save leaves the previous
+    cka = f"{tmp}/auto"
+    train(binary, 2, ["--steps", "2", "--save-every", "2", "--ckpt-dir", cka])
+    r = train(binary, 2, ["--steps", "4", "--save-every", "2", "--resume", "auto", "--ckpt-dir", cka],
+              env={"FSDP_TEST_CRASH_IN_SAVE": "4"})
+    chk.close("a rank killed during the save: the job fails", [int(r.returncode != 0)], [1], 0, 0)
+    chk.close("... and the half-written checkpoint has no DONE",
+              [int(not os.path.exists(f"{cka}/step_00000004/DONE"))], [1], 0, 0)
+    r = train(binary, 2, ["--steps", "4", "--resume", "auto", "--ckpt-dir", cka, "--log-jsonl", f"{tmp}/auto.jsonl"])
+    steps = [json.loads(line)["step"] for line in open(f"{tmp}/auto.jsonl")] if r.returncode == 0 else []
+    chk.close("--resume auto picks the last complete checkpoint (step 2)", steps, [2, 3], 0, 0)
+    chk.close("... and continues exactly", losses(f"{tmp}/auto.jsonl") if steps else [0, 0], ref[2][2:4], 0, 0)
+
+    # damaged checkpoints: every rank fails with one message naming the file or tensor
+    good = f"{tmp}/ck2/step_00000003"
+
+    def damaged(name, mutate, expect):
+        d = f"{tmp}/bad-{name}"
+        shutil.copytree(good, d)
+        mutate(d)
+        r = train(binary, 2, ["--steps", "6", "--resume", d])
+        lines = [line for line in r.stderr.splitlines() if line.startswith("fsdp-train:")]
+        # the rank that found the damage names it; the others say another rank failed
+        ok = r.returncode != 0 and any(all(e in line for e in expect) for line in lines)
+        if not ok:
+            print(name, r.returncode, r.stderr[-500:])
+        chk.close(f"damaged checkpoint ({name}): clear error", [int(bool(ok))], [1], 0, 0)
+
+    def flip(d):
+        path = f"{d}/shard_00001.safetensors"
+        data = bytearray(open(path, "rb").read())
+        data[-10] ^= 0xFF
+        open(path, "wb").write(bytes(data))
+
+    def truncate(d):
+        path = f"{d}/shard_00000.safetensors"
+        data = open(path, "rb").read()
+        open(path, "wb").write(data[: len(data) // 2])
+
+    damaged("flipped byte", flip, ["shard_00001", "checksum"])
+    damaged("missing shard", lambda d: os.remove(f"{d}/shard_00000.safetensors"), ["shard_00000"])
+    damaged("truncated shard", truncate, ["shard_00000", "checksum"])
+    damaged("no DONE marker", lambda d: os.remove(f"{d}/DONE"), ["DONE"])
+    r = subprocess.run(["mpirun", "-np", "2", binary, "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "16",
+                        "--batch", "6", "--threads", "1", "--steps", "6", "--resume", good],
+                       capture_output=True, text=True, env={**os.environ, **MPI_ENV})
+    chk.close("a checkpoint of another model: error naming a tensor and shapes",
+              [int(r.returncode != 0 and "shape" in r.stderr and "h.0." in r.stderr)], [1], 0, 0)
+    chk.report()
+
+
+if __name__ == "__main__":
+    main()
