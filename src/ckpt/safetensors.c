@@ -574,6 +574,10 @@ struct st_writer {
     st_wentry *e;  // (n,) in insertion order
     int nmeta, metacap;
     char **meta;   // (2*nmeta,) key, value, key, value, ...
+    int streaming; // data comes later through st_writer_stream_data, in entry order
+    FILE *fp;      // streaming: the open temporary file
+    char *tmp;     // streaming: its name
+    uint64_t expected, written;
 };
 
 // Returns a writer for path, or NULL (with fsdp_error set) when out of memory.
@@ -589,6 +593,12 @@ st_writer *st_writer_new(const char *path) {
 
 // Frees the writer without writing anything (NULL is fine).
 void st_writer_free(st_writer *w) {
+    if (w && w->fp) {  // a stream abandoned mid-way: drop its temporary file
+        fclose(w->fp);
+        unlink(w->tmp);
+        w->fp = NULL;
+    }
+    if (w) free(w->tmp);
     if (!w) return;
     for (int i = 0; i < w->n; i++) free(w->e[i].name);
     for (int i = 0; i < 2 * w->nmeta; i++) free(w->meta[i]);
@@ -615,7 +625,8 @@ fsdp_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int nd
             return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has a negative dimension", w->path, name);
         numel *= (uint64_t)shape[i];
     }
-    if (numel && !data) return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has no data", w->path, name);
+    if (numel && !data && !w->streaming)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s' has no data", w->path, name);
     for (int i = 0; i < w->n; i++)
         if (!strcmp(w->e[i].name, name))
             return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: duplicate tensor '%s'", w->path, name);
@@ -757,6 +768,72 @@ fsdp_status st_writer_commit(st_writer *w) {
         fsdp_error(s, "%s: out of memory", w->path);
     }
     free(tmp);
+    st_writer_free(w);
+    return s;
+}
+
+// ---------------------------------------------------------------- streaming writer
+
+st_writer *st_writer_new_stream(const char *path) {
+    st_writer *w = st_writer_new(path);
+    if (w) w->streaming = 1;
+    return w;
+}
+
+fsdp_status st_writer_stream_begin(st_writer *w) {
+    FSDP_ASSERT(w && w->streaming && !w->fp);
+    char *hdr = NULL;
+    size_t hlen = 0;
+    if (!build_header(w, &hdr, &hlen)) {
+        free(hdr);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory building the header", w->path);
+    }
+    size_t cap = strlen(w->path) + 32;
+    w->tmp = malloc(cap);
+    if (!w->tmp) {
+        free(hdr);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", w->path);
+    }
+    snprintf(w->tmp, cap, "%s.tmp.%ld", w->path, (long)getpid());
+    w->fp = fopen(w->tmp, "wb");
+    if (!w->fp) {
+        free(hdr);
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot create %s: %s", w->path, w->tmp, strerror(errno));
+    }
+    unsigned char lenbuf[8];
+    for (int i = 0; i < 8; i++) lenbuf[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
+    int ok = fwrite(lenbuf, 1, 8, w->fp) == 8 && fwrite(hdr, 1, hlen, w->fp) == hlen;
+    free(hdr);
+    w->expected = 0;
+    for (int i = 0; i < w->n; i++) w->expected += w->e[i].bytes;
+    return ok ? FSDP_OK : fsdp_error(FSDP_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+}
+
+fsdp_status st_writer_stream_data(st_writer *w, const void *data, size_t bytes) {
+    FSDP_ASSERT(w && w->fp);
+    if (w->written + bytes > w->expected)
+        return fsdp_error(FSDP_ERR_INTERNAL, "%s: more data than the header announced", w->path);
+    if (bytes && fwrite(data, 1, bytes, w->fp) != bytes)
+        return fsdp_error(FSDP_ERR_IO, "%s: write failed: %s", w->path, strerror(errno));
+    w->written += bytes;
+    return FSDP_OK;
+}
+
+fsdp_status st_writer_stream_commit(st_writer *w) {
+    FSDP_ASSERT(w && w->fp);
+    fsdp_status s = FSDP_OK;
+    if (w->written != w->expected)
+        s = fsdp_error(FSDP_ERR_INTERNAL, "%s: %llu of %llu data bytes written", w->path,
+                       (unsigned long long)w->written, (unsigned long long)w->expected);
+    int ok = s == FSDP_OK && fflush(w->fp) == 0 && fsync(fileno(w->fp)) == 0;
+    if (fclose(w->fp) != 0) ok = 0;
+    w->fp = NULL;
+    if (ok && rename(w->tmp, w->path) == 0) {
+        fsync_parent_dir(w->path);
+    } else {
+        unlink(w->tmp);
+        if (s == FSDP_OK) s = fsdp_error(FSDP_ERR_IO, "%s: write failed: %s", w->path, strerror(errno ? errno : EIO));
+    }
     st_writer_free(w);
     return s;
 }

@@ -59,3 +59,12 @@ fsdp_status st_writer_add(st_writer *w, const char *name, st_dtype dtype, int nd
 fsdp_status st_writer_add_metadata(st_writer *w, const char *key, const char *value);
 fsdp_status st_writer_commit(st_writer *w);  // writes and frees the writer
 void st_writer_free(st_writer *w);           // discards without writing
+
+// Streaming: add every tensor with data NULL, then stream_begin writes the header to the temporary
+// file, stream_data appends the tensors' bytes in the order they were added (any chunking), and
+// stream_commit checks the byte count, fsyncs and renames (and frees the writer). Only one tensor's
+// worth of data needs to be in memory at a time.
+st_writer *st_writer_new_stream(const char *path);
+fsdp_status st_writer_stream_begin(st_writer *w);
+fsdp_status st_writer_stream_data(st_writer *w, const void *data, size_t bytes);
+fsdp_status st_writer_stream_commit(st_writer *w);

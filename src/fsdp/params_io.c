@@ -70,40 +70,43 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
 }
 
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
-    int64_t total = 0;
-    for (int ui = 0; ui < s->n_units; ui++) total += s->units[ui].padded;
-    float *all = fsdp_alloc(sizeof(float) * (size_t)(total ? total : 1), FSDP_MEM_UNSHARDED);
-    if (!all) return FSDP_ERR_NOMEM;
-    fsdp_status st = FSDP_OK;
-    int64_t off = 0;
-    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
-        st = fsdp_gather_flat(s, &s->units[ui], grads, all + off);
-        off += s->units[ui].padded;
-    }
-    int write_ok = 1;
-    if (st == FSDP_OK && fsdp_comm_rank(s->world) == 0) {
-        st_writer *w = st_writer_new(path);
+    // One unit at a time: every rank gathers the unit's flat buffer (the only extra memory, about one
+    // unit), rank 0 streams its parameters into the file, whose header listed every tensor up front.
+    int R = fsdp_comm_rank(s->world);
+    int64_t max_unit = 1;
+    for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
+    float *flat = fsdp_alloc(sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
+    if (!flat) return FSDP_ERR_NOMEM;
+    st_writer *w = NULL;
+    fsdp_status st = FSDP_OK;  // rank 0's file status
+    if (R == 0) {
+        w = st_writer_new_stream(path);
         st = w ? FSDP_OK : FSDP_ERR_NOMEM;
-        // parameters in the model's order, each a view into the gathered flats
-        for (int pi = 0; pi < s->model.params->count && st == FSDP_OK; pi++) {
-            const nn_param *p = &s->model.params->items[pi];
-            const float *src = NULL;
-            int64_t base = 0;
-            for (int ui = 0; ui < s->n_units && !src; ui++) {
-                const fsdp_unit *u = &s->units[ui];
-                for (int i = 0; i < u->n_params; i++)
-                    if (u->params[i] == p) src = all + base + u->offsets[i];
-                base += u->padded;
+        for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++)
+            for (int i = 0; i < s->units[ui].n_params && st == FSDP_OK; i++) {
+                const nn_param *p = s->units[ui].params[i];
+                st = st_writer_add(w, p->name, ST_F32, p->ndim, p->shape, NULL);
             }
-            st = st_writer_add(w, p->name, ST_F32, p->ndim, p->shape, src);
-        }
-        if (w) st = st == FSDP_OK ? st_writer_commit(w) : (st_writer_free(w), st);
-        write_ok = st == FSDP_OK;
+        if (st == FSDP_OK) st = st_writer_stream_begin(w);
     }
-    float ok = (float)write_ok;  // every rank learns whether rank 0's write worked
+    fsdp_status cs = FSDP_OK;  // collective status: every rank takes part in every gather
+    for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++) {
+        fsdp_unit *u = &s->units[ui];
+        cs = fsdp_gather_flat(s, u, grads, flat);
+        for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
+            st = st_writer_stream_data(w, flat + u->offsets[i], sizeof(float) * (size_t)u->params[i]->numel);
+    }
+    if (w) {
+        if (st == FSDP_OK && cs == FSDP_OK) st = st_writer_stream_commit(w);
+        else st_writer_free(w);
+    }
+    fsdp_free(flat);
+    if (cs != FSDP_OK) return cs;
+    float ok = (float)(st == FSDP_OK);  // every rank learns whether rank 0's write worked
+    char msg[1024];
+    snprintf(msg, sizeof msg, "%s", fsdp_last_error());
     fsdp_status bs = fsdp_broadcast(s->world, &ok, 1, FSDP_F32, 0);
-    fsdp_free(all);
-    if (st != FSDP_OK) return st;
+    if (st != FSDP_OK) return fsdp_error(st, "%s", msg);
     if (bs != FSDP_OK) return bs;
     return ok != 0.0f ? FSDP_OK : fsdp_error(FSDP_ERR_IO, "%s: rank 0 failed to write the state dict", path);
 }
