@@ -31,7 +31,7 @@ typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
     int schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
     int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
-    int save_every, keep_last;
+    int save_every, keep_last, ckpt_type;
     const char *ckpt_dir, *resume;
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
@@ -185,7 +185,7 @@ static fsdp_status save_checkpoint(fsdp_state *fs, const train_options *o, int64
     fsdp_ckpt_step_dir(o->ckpt_dir, steps_done, dir, sizeof dir);
     fsdp_trainer_state ts = {steps_done, o->seed, global_batch};
     double t0 = fsdp_now_sec();
-    FSDP_CHECK(fsdp_checkpoint_save(fs, dir, &ts));
+    FSDP_CHECK(o->ckpt_type == 0 ? fsdp_checkpoint_save(fs, dir, &ts) : fsdp_checkpoint_save_full(fs, dir, &ts));
     if (rank == 0) {
         printf("checkpoint: %s (%.2f s)\n", dir, fsdp_now_sec() - t0);
         fflush(stdout);
@@ -433,6 +433,7 @@ int main(int argc, char **argv) {
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
         {"--ckpt-dir", ARG_STRING, &o.ckpt_dir, "checkpoint directory (sharded checkpoints step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
         {"--save-every", ARG_INT, &o.save_every, "save a checkpoint after every N completed steps (0: only on SIGINT/SIGTERM)", 0, 1e9, NULL},
+        {"--ckpt-type", ARG_CHOICE, &o.ckpt_type, "sharded (a file per rank) or full (model.safetensors + optimizer.safetensors from rank 0)", 1, 0, "sharded|full"},
         {"--keep-last", ARG_INT, &o.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
         {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},

@@ -188,6 +188,75 @@ fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trai
     return agree(s, st, "writing the completion marker");
 }
 
+// dst (padded,) = the unit's gathered AdamW moment (which 0: exp_avg, 1: exp_avg_sq)
+static fsdp_status gather_moment(fsdp_state *s, const fsdp_unit *u, int which, float *dst) {
+    const float *src = (which ? s->opt.v : s->opt.m) + u->opt_offset;
+    if (s->replicated) {
+        memcpy(dst, src, sizeof(float) * (size_t)u->padded);
+        return FSDP_OK;
+    }
+    memcpy(dst + u->shard_begin, src, sizeof(float) * (size_t)u->shard_numel);
+    return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
+}
+
+static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trainer_state *ts) {
+    int R = fsdp_comm_rank(s->world);
+    int64_t max_unit = 1;
+    for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
+    float *flat = fsdp_alloc(sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
+    if (!flat) return FSDP_ERR_NOMEM;
+    st_writer *w = NULL;
+    fsdp_status st = FSDP_OK, cs = FSDP_OK;
+    static const char *kinds[2] = {"exp_avg.", "exp_avg_sq."};
+    if (R == 0) {
+        w = st_writer_new_stream(path);
+        st = w ? st_writer_add_metadata(w, "format", "fsdp.c full checkpoint v1") : FSDP_ERR_NOMEM;
+        char val[64];
+        struct { const char *k; int64_t v; } meta[] = {
+            {"world_size", fsdp_comm_size(s->world)}, {"strategy", s->cfg.strategy}, {"step", ts->step},
+            {"seed", ts->seed}, {"global_batch", ts->global_batch}, {"adam_step", s->opt.step}};
+        for (size_t m = 0; m < sizeof meta / sizeof meta[0] && st == FSDP_OK; m++) {
+            snprintf(val, sizeof val, "%lld", (long long)meta[m].v);
+            st = st_writer_add_metadata(w, meta[m].k, val);
+        }
+        for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++)
+            for (int k = 0; k < 2 && st == FSDP_OK; k++)
+                for (int i = 0; i < s->units[ui].n_params && st == FSDP_OK; i++) {
+                    const nn_param *p = s->units[ui].params[i];
+                    char name[NN_NAME_MAX + 16];
+                    snprintf(name, sizeof name, "%s%s", kinds[k], p->name);
+                    st = st_writer_add(w, name, ST_F32, p->ndim, p->shape, NULL);
+                }
+        if (st == FSDP_OK) st = st_writer_stream_begin(w);
+    }
+    for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++)
+        for (int k = 0; k < 2 && cs == FSDP_OK; k++) {
+            const fsdp_unit *u = &s->units[ui];
+            cs = gather_moment(s, u, k, flat);
+            for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
+                st = st_writer_stream_data(w, flat + u->offsets[i], sizeof(float) * (size_t)u->params[i]->numel);
+        }
+    if (w) st = (st == FSDP_OK && cs == FSDP_OK) ? st_writer_stream_commit(w) : (st_writer_free(w), st);
+    fsdp_free(flat);
+    return cs != FSDP_OK ? cs : st;
+}
+
+fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts) {
+    int R = fsdp_comm_rank(s->world);
+    if (!s->have_opt) return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: a full checkpoint needs the optimizer", dir);
+    fsdp_status st = FSDP_OK;
+    if (R == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
+        st = fsdp_error(FSDP_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    FSDP_CHECK(agree(s, st, "creating the checkpoint directory"));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FSDP_CHECK(fsdp_save_full(s, path, 0));  // agrees across ranks itself
+    snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
+    FSDP_CHECK(agree(s, save_moments(s, path, ts), "writing the optimizer state"));
+    if (R == 0) st = write_marker(dir);
+    return agree(s, st, "writing the completion marker");
+}
+
 // --------------------------------------------------------------------------------- loading
 
 typedef struct {
@@ -314,24 +383,58 @@ static fsdp_status load_into(fsdp_state *s, const char *dir, const st_file *inde
     return st;
 }
 
+// A full checkpoint: every rank reads its pieces of each tensor from model.safetensors and
+// optimizer.safetensors into the staging buffers.
+static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model, st_file *optim, float *shards,
+                                  float *m, float *v, int with_opt) {
+    fsdp_status st = FSDP_OK;
+    int64_t base = 0;
+    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
+        const fsdp_unit *u = &s->units[ui];
+        for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
+            const nn_param *p = u->params[i];
+            piece pc = piece_at(u, i, u->shard_begin);
+            if (!pc.count) continue;
+            char name[NN_NAME_MAX + 16];
+            st = st_read_f32_range(model, p->name, shards + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin,
+                                   pc.count);
+            snprintf(name, sizeof name, "exp_avg.%s", p->name);
+            if (st == FSDP_OK && with_opt)
+                st = st_read_f32_range(optim, name, m + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
+            snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
+            if (st == FSDP_OK && with_opt)
+                st = st_read_f32_range(optim, name, v + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
+        }
+        base += u->shard_numel;
+    }
+    (void)dir;
+    return st;
+}
+
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts) {
     char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    int full = access(path, F_OK) == 0;
     snprintf(path, sizeof path, "%s/DONE", dir);
     fsdp_status st = access(path, F_OK) == 0
                          ? FSDP_OK
                          : fsdp_error(FSDP_ERR_MISSING, "%s: no completion marker DONE: the checkpoint is incomplete", dir);
-    st_file *index = NULL;
-    snprintf(path, sizeof path, "%s/index.safetensors", dir);
-    if (st == FSDP_OK) st = st_open(path, &index);
-    if (st == FSDP_OK && (!st_metadata(index, "format") || strcmp(st_metadata(index, "format"), CKPT_FORMAT) != 0))
+    st_file *index = NULL, *model = NULL;
+    snprintf(path, sizeof path, full ? "%s/optimizer.safetensors" : "%s/index.safetensors", dir);
+    if (st == FSDP_OK) st = st_open(path, &index);  // (full: the optimizer file carries the metadata)
+    if (st == FSDP_OK && !full &&
+        (!st_metadata(index, "format") || strcmp(st_metadata(index, "format"), CKPT_FORMAT) != 0))
         st = fsdp_error(FSDP_ERR_FORMAT, "%s: not an fsdp.c sharded checkpoint index", path);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (st == FSDP_OK && full) st = st_open(path, &model);
     int64_t local = fsdp_local_numel(s);
     int with_opt = s->have_opt;
     float *shards = fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER);
     float *m = with_opt ? fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER) : NULL;
     float *v = with_opt ? fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER) : NULL;
     if (st == FSDP_OK && (!shards || (with_opt && (!m || !v)))) st = FSDP_ERR_NOMEM;
-    if (st == FSDP_OK) st = load_into(s, dir, index, shards, m, v, with_opt);
+    if (st == FSDP_OK)
+        st = full ? load_full_into(s, dir, model, index, shards, m, v, with_opt) : load_into(s, dir, index, shards, m, v, with_opt);
     fsdp_trainer_state loaded = {0, 0, 0};
     int64_t adam_step = 0;
     if (st == FSDP_OK) {
@@ -341,6 +444,7 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
         adam_step = meta_int(index, "adam_step", 0);
     }
     st_close(index);
+    st_close(model);
     st = agree(s, st, "loading the checkpoint");
     if (st == FSDP_OK) {  // every rank read everything: only now touch the live model
         int64_t base = 0;

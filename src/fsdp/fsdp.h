@@ -104,8 +104,12 @@ typedef struct {
     int64_t global_batch;  // sequences per optimizer step when saved (data position carries over if equal)
 } fsdp_trainer_state;
 fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts);
-// Fails (on every rank, with the model untouched) unless every file is present, checksums match and
-// every tensor fits the model.
+// A full checkpoint instead: model.safetensors (the full state dict, PyTorch names, loadable by torch
+// with strict=True) and optimizer.safetensors ("exp_avg.<name>", "exp_avg_sq.<name>"; metadata: the
+// trainer state), both gathered to rank 0 one unit at a time, then DONE.
+fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts);
+// Loads either kind (a directory with model.safetensors is a full checkpoint). Fails (on every rank,
+// with the model untouched) unless every file is present, checksums match and every tensor fits.
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts);
 
 // Layout and memory

@@ -70,6 +70,21 @@ def main():
             chk.close(f"saved on {n} ranks, resumed on {m}{' as no_shard' if strategy else ''}",
                       losses(f"{tmp}/r{n}{m}.jsonl") if r.returncode == 0 else [0, 0, 0], ref[1][3:], 2e-5, 0)
 
+    # full checkpoints (model.safetensors + optimizer.safetensors from rank 0): exact on the same world
+    # size, within tolerance on another
+    ckf = f"{tmp}/full"
+    train(binary, 2, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ckf, "--ckpt-type", "full"])
+    chk.close("full checkpoint files", [int(sorted(os.listdir(f"{ckf}/step_00000003")) ==
+                                            ["DONE", "model.safetensors", "optimizer.safetensors"])], [1], 0, 0)
+    for m in (2, 3):
+        r = train(binary, m, ["--steps", "6", "--resume", f"{ckf}/step_00000003", "--log-jsonl", f"{tmp}/f{m}.jsonl"])
+        got = losses(f"{tmp}/f{m}.jsonl") if r.returncode == 0 else [0, 0, 0]
+        if m == 2:
+            chk.close("full checkpoint: resume on the same world size is bitwise identical", [int(got == ref[2][3:])],
+                      [1], 0, 0)
+        else:
+            chk.close("full checkpoint saved on 2 ranks, resumed on 3", got, ref[1][3:], 2e-5, 0)
+
     # --keep-last 2 with a save every step keeps the two newest
     ckk = f"{tmp}/keep"
     train(binary, 2, ["--steps", "5", "--save-every", "1", "--keep-last", "2", "--ckpt-dir", ckk])
