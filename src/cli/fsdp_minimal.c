@@ -11,6 +11,7 @@
 
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
+#include "cli/train_ckpt.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
 #include "core/timer.h"
@@ -25,6 +26,7 @@ typedef struct {
     float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
     int norm_first, activation, batch_first, causal;
+    cli_ckpt_options ckpt;
 } minimal_options;
 
 static int rank0;  // this process prints the log and the errors
@@ -163,8 +165,10 @@ static int run(minimal_options *o, fsdp_comm *world) {
     ac.weight_decay = o->weight_decay;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
 
+    int start_step = 0;
+    if (cli_ckpt_resume(fs, &o->ckpt, o->batch, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
     double total_time = 0.0, total_comm = 0.0;
-    for (int step = 0; step < o->steps; step++) {
+    for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
         fsdp_zero_grad(fs);
         double loss = 0.0;
@@ -192,7 +196,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
         fsdp_optimizer_step(fs, o->lr);
-        if (step > 0) {
+        if (step > start_step) {
             total_time += fsdp_now_sec() - t0;
             total_comm += fsdp_exposed_comm_seconds(fs) - c0;
         }
@@ -201,10 +205,14 @@ static int run(minimal_options *o, fsdp_comm *world) {
             else printf("step %d loss %.9g\n", step, loss / N);
             fflush(stdout);
         }
+        if (o->ckpt.dir && o->ckpt.save_every > 0 && (step + 1) % o->ckpt.save_every == 0 &&
+            cli_ckpt_save(fs, &o->ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
+            return fail(fsdp_last_error());
     }
-    if (o->steps > 1 && R == 0)
-        printf("mean (steps 1..%d): %.2f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB\n",
-               o->steps - 1, total_time * 1e3 / (o->steps - 1), (double)o->seq * o->batch * (o->steps - 1) / total_time,
+    if (o->steps - start_step > 1 && R == 0)
+        printf("mean (steps %d..%d): %.2f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB\n",
+               start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
+               (double)o->seq * o->batch * (o->steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0);
     if (o->summary && R == 0)  // this rank's memory after training, by category (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
@@ -248,6 +256,11 @@ int main(int argc, char **argv) {
         {"--no-sync", ARG_BOOL, &o.no_sync, "accumulate unsharded gradients locally and reduce once per step", 1, 0, NULL},
         {"--clip-grad-norm", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off); the log shows the norm", 0, 1e9, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout (units, numel, padding, shard sizes) and, after training, rank 0's memory", 1, 0, NULL},
+        {"--ckpt-dir", ARG_STRING, &o.ckpt.dir, "checkpoint directory (step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
+        {"--save-every", ARG_INT, &o.ckpt.save_every, "save a checkpoint after every N completed steps", 0, 1e9, NULL},
+        {"--ckpt-type", ARG_CHOICE, &o.ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0)", 1, 0, "sharded|full"},
+        {"--keep-last", ARG_INT, &o.ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
+        {"--resume", ARG_STRING, &o.ckpt.resume, "resume from a checkpoint directory, or auto (newest complete under --ckpt-dir)", 1, 0, NULL},
         {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},

@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_dir.h"
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
+#include "cli/train_ckpt.h"
 #include "cli/train_log.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
@@ -31,8 +32,7 @@ typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
     int schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
     int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
-    int save_every, keep_last, ckpt_type;
-    const char *ckpt_dir, *resume;
+    cli_ckpt_options ckpt;
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
     const char *jsonl_path, *plot_path, *trace_path;
@@ -176,24 +176,6 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
     return s;
 }
 
-// Writes ROOT/step_<step> (sharded, with optimizer and trainer state), then rotates --keep-last.
-static fsdp_status save_checkpoint(fsdp_state *fs, const train_options *o, int64_t steps_done, int64_t global_batch,
-                                   int rank) {
-    char dir[4096];
-    if (rank == 0 && mkdir(o->ckpt_dir, 0755) != 0 && errno != EEXIST)
-        return fsdp_error(FSDP_ERR_IO, "--ckpt-dir %s: cannot create: %s", o->ckpt_dir, strerror(errno));
-    fsdp_ckpt_step_dir(o->ckpt_dir, steps_done, dir, sizeof dir);
-    fsdp_trainer_state ts = {steps_done, o->seed, global_batch};
-    double t0 = fsdp_now_sec();
-    FSDP_CHECK(o->ckpt_type == 0 ? fsdp_checkpoint_save(fs, dir, &ts) : fsdp_checkpoint_save_full(fs, dir, &ts));
-    if (rank == 0) {
-        printf("checkpoint: %s (%.2f s)\n", dir, fsdp_now_sec() - t0);
-        fflush(stdout);
-        if (o->keep_last > 0) FSDP_CHECK(fsdp_ckpt_rotate(o->ckpt_dir, o->keep_last));
-    }
-    return FSDP_OK;
-}
-
 static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     fsdp_config fcfg = fsdp_config_default();
@@ -276,29 +258,7 @@ static int run(train_options *o, fsdp_comm *world) {
     train_log log;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
     int start_step = 0;
-    if (o->resume) {  // a checkpoint dir, or "auto": the newest complete one under --ckpt-dir (or a fresh start)
-        char dir[4096];
-        int found = 1;
-        if (strcmp(o->resume, "auto") == 0) {
-            if (!o->ckpt_dir) return fail("--resume auto needs --ckpt-dir");
-            if (fsdp_ckpt_latest(o->ckpt_dir, dir, sizeof dir, &found) != FSDP_OK) return fail(fsdp_last_error());
-        } else {
-            snprintf(dir, sizeof dir, "%s", o->resume);
-        }
-        if (found) {
-            fsdp_trainer_state ts;
-            if (fsdp_checkpoint_load(fs, dir, &ts) != FSDP_OK) return fail(fsdp_last_error());
-            start_step = (int)ts.step;
-            if (R == 0) {
-                printf("resumed from %s: %lld steps done\n", dir, (long long)ts.step);
-                if (ts.global_batch != (int64_t)N * M * B)
-                    printf("  note: the global batch changed (%lld -> %lld sequences): the data position is recomputed "
-                           "for the new batch\n", (long long)ts.global_batch, (long long)N * M * B);
-            }
-        } else if (R == 0) {
-            printf("no complete checkpoint under %s: starting fresh\n", o->ckpt_dir);
-        }
-    }
+    if (cli_ckpt_resume(fs, &o->ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
     if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) return 1;
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
     const char *nan_env = getenv("FSDP_TEST_NAN_STEP");
@@ -353,12 +313,12 @@ static int run(train_options *o, fsdp_comm *world) {
         double stop = stop_signal;  // every rank stops after the same step
         if (fsdp_all_reduce_double(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
         int64_t global_batch = (int64_t)N * M * B;
-        if (o->ckpt_dir && ((o->save_every > 0 && (step + 1) % o->save_every == 0) || stop > 0) &&
-            save_checkpoint(fs, o, step + 1, global_batch, R) != FSDP_OK)
+        if (o->ckpt.dir && ((o->ckpt.save_every > 0 && (step + 1) % o->ckpt.save_every == 0) || stop > 0) &&
+            cli_ckpt_save(fs, &o->ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
             return fail(fsdp_last_error());
         if (stop > 0) {
             if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
-                                o->ckpt_dir ? "; checkpoint saved (--resume auto continues)"
+                                o->ckpt.dir ? "; checkpoint saved (--resume auto continues)"
                                             : o->save_path ? "; saving the weights" : "");
             if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
             return 130;
@@ -431,11 +391,11 @@ int main(int argc, char **argv) {
         {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward", 1, 0, NULL},
         {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once (0: no limit)", 0, 1e6, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
-        {"--ckpt-dir", ARG_STRING, &o.ckpt_dir, "checkpoint directory (sharded checkpoints step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
-        {"--save-every", ARG_INT, &o.save_every, "save a checkpoint after every N completed steps (0: only on SIGINT/SIGTERM)", 0, 1e9, NULL},
-        {"--ckpt-type", ARG_CHOICE, &o.ckpt_type, "sharded (a file per rank) or full (model.safetensors + optimizer.safetensors from rank 0)", 1, 0, "sharded|full"},
-        {"--keep-last", ARG_INT, &o.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
-        {"--resume", ARG_STRING, &o.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
+        {"--ckpt-dir", ARG_STRING, &o.ckpt.dir, "checkpoint directory (sharded checkpoints step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
+        {"--save-every", ARG_INT, &o.ckpt.save_every, "save a checkpoint after every N completed steps (0: only on SIGINT/SIGTERM)", 0, 1e9, NULL},
+        {"--ckpt-type", ARG_CHOICE, &o.ckpt.type, "sharded (a file per rank) or full (model.safetensors + optimizer.safetensors from rank 0)", 1, 0, "sharded|full"},
+        {"--keep-last", ARG_INT, &o.ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
+        {"--resume", ARG_STRING, &o.ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
         {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
         {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss is NaN or Inf (default: stop)", 1, 0, NULL},

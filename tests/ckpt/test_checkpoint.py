@@ -85,6 +85,23 @@ def main():
         else:
             chk.close("full checkpoint saved on 2 ranks, resumed on 3", got, ref[1][3:], 2e-5, 0)
 
+    # fsdp-minimal has the same flags: save on 2 ranks, resume on 4 as shard_grad_op
+    minimal = os.path.join(args.bin, "fsdp-minimal")
+    base = ["--dropout", "0", "--threads", "1", "--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64"]
+    env = {**os.environ, **MPI_ENV}
+    whole = subprocess.run(["mpirun", "-np", "2", minimal] + base + ["--steps", "6"], capture_output=True, text=True,
+                           env=env).stdout
+    subprocess.run(["mpirun", "-np", "2", minimal] + base + ["--steps", "3", "--save-every", "3", "--ckpt-dir",
+                                                            f"{tmp}/min"], capture_output=True, text=True, env=env)
+    resumed = subprocess.run(["mpirun", "-np", "4", minimal] + base + ["--steps", "6", "--resume", "auto", "--ckpt-dir",
+                                                                      f"{tmp}/min", "--strategy", "shard_grad_op"],
+                             capture_output=True, text=True, env=env).stdout
+
+    def minimal_losses(out):
+        return [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
+    chk.close("fsdp-minimal: saved on 2 ranks, resumed on 4 (shard_grad_op)", minimal_losses(resumed),
+              minimal_losses(whole)[3:], 2e-5, 0)
+
     # --keep-last 2 with a save every step keeps the two newest
     ckk = f"{tmp}/keep"
     train(binary, 2, ["--steps", "5", "--save-every", "1", "--keep-last", "2", "--ckpt-dir", ckk])

@@ -1,0 +1,22 @@
+// train_ckpt.h: the checkpoint flags shared by fsdp-train and fsdp-minimal (--ckpt-dir, --save-every,
+// --ckpt-type, --keep-last, --resume).
+#pragma once
+#include <stdint.h>
+
+#include "fsdp/fsdp.h"
+
+typedef struct {
+    const char *dir;     // --ckpt-dir (NULL: no checkpoints)
+    int save_every;      // --save-every N completed steps (0: only when interrupted)
+    int type;            // --ckpt-type: 0 sharded, 1 full
+    int keep_last;       // --keep-last K (0: keep all)
+    const char *resume;  // --resume DIR|auto
+} cli_ckpt_options;
+
+// Saves DIR/step_<steps_done> and rotates; rank 0 prints where. Collective.
+fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t steps_done, int64_t seed,
+                          int64_t global_batch, int rank);
+// Loads what --resume names (auto: the newest complete checkpoint under --ckpt-dir, or nothing);
+// *start_step = steps already done (0 for a fresh start). Collective.
+fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t global_batch, int rank,
+                            int *start_step);
