@@ -238,3 +238,4 @@ for CT in "${SETTINGS[@]}"; do
   echo "    tokens/s of that model, on PyTorch rows ours / that row)"
 done
 bash "$(dirname "$0")/fsdp_strategies.sh"
+bash "$(dirname "$0")/ckpt_bench.sh"
