@@ -22,7 +22,7 @@
 
 typedef struct {
     int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync, summary;
-    int strategy, shard_group_size, backward_prefetch, forward_prefetch, limit_all_gathers;
+    int init_nonstrict, strategy, shard_group_size, backward_prefetch, forward_prefetch, limit_all_gathers;
     float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
     int norm_first, activation, batch_first, causal;
@@ -148,8 +148,12 @@ static int run(minimal_options *o, fsdp_comm *world) {
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
     if (fsdp_wrap(&fs, desc, cfg, world) != FSDP_OK) return fail(fsdp_last_error());
-    fsdp_status st = o->init_path ? fsdp_load_params(fs, o->init_path, NULL) : fsdp_init_params(fs, (uint64_t)o->seed);
+    char report[1200] = "";
+    fsdp_status st = fsdp_init_params(fs, (uint64_t)o->seed);
+    if (st == FSDP_OK && o->init_path)
+        st = fsdp_load_params(fs, o->init_path, NULL, !o->init_nonstrict, report, sizeof report);
     if (st != FSDP_OK) return fail(fsdp_last_error());
+    if (report[0] && R == 0) fprintf(stderr, "fsdp-minimal: note: %s\n", report);
     if (o->summary && R == 0) fsdp_print_summary(fs, stdout);
 
     size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;
@@ -243,6 +247,7 @@ int main(int argc, char **argv) {
         {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
         {"--seed", ARG_INT, &o.seed, "seed for init, input and dropout", 0, 2147483647, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (safetensors, PyTorch names)", 1, 0, NULL},
+        {"--init-nonstrict", ARG_BOOL, &o.init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
         {"--input", ARG_STRING, &o.input_path, "global input (safetensors with tensor x [seq, batch, d_model])", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the full state dict here after the last step (rank 0)", 1, 0, NULL},
         {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0,

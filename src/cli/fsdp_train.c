@@ -30,7 +30,7 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
-    int schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
+    int init_nonstrict, schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
     int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
     cli_ckpt_options ckpt;
     float lr, min_lr, weight_decay, dropout, clip;
@@ -210,9 +210,12 @@ static int run(train_options *o, fsdp_comm *world) {
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     fsdp_state *fs = NULL;
     if (fsdp_wrap(&fs, desc, fcfg, world) != FSDP_OK) return fail(fsdp_last_error());
-    fsdp_status st = o->init_path ? fsdp_load_params(fs, o->init_path, "transformer.")
-                                  : fsdp_init_params(fs, (uint64_t)o->seed);
+    char report[1200] = "";
+    fsdp_status st = fsdp_init_params(fs, (uint64_t)o->seed);
+    if (st == FSDP_OK && o->init_path)
+        st = fsdp_load_params(fs, o->init_path, "transformer.", !o->init_nonstrict, report, sizeof report);
     if (st != FSDP_OK) return fail(fsdp_last_error());
+    if (report[0] && R == 0) fprintf(stderr, "fsdp-train: note: %s\n", report);
     int B = o->batch, T = o->seq, M = o->grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
     // spans: kept for --trace, totals only otherwise (the end-of-run report)
@@ -380,6 +383,7 @@ int main(int argc, char **argv) {
         {"--sample", ARG_INT, &o.sample, "generate N bytes of text at the end (byte-level models)", 0, 1e6, NULL},
         {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
+        {"--init-nonstrict", ARG_BOOL, &o.init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the weights here after the last step (rank 0)", 1, 0, NULL},
         {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients here", 1, 0, NULL},
         {"--log-jsonl", ARG_STRING, &o.jsonl_path, "write one JSON object per step here", 1, 0, NULL},

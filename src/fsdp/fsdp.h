@@ -71,8 +71,14 @@ fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed);
 // exactly one owner, so there is nothing to synchronise. fsdp_init_params calls it when
 // config.sync_module_states is set.
 fsdp_status fsdp_sync_module_states(fsdp_state *s);
-// Reads each rank's shard slices of every parameter from a safetensors file (by name).
-fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix);
+// Reads each rank's shard slices of every parameter from a full state dict (safetensors, by name; a
+// name may carry alt_prefix, e.g. "transformer."). strict: a parameter missing from the file, or a
+// tensor in the file that is no parameter, is an error listing them (Hugging Face's attn.bias /
+// attn.masked_bias buffers and a tied lm_head.weight are not counted). Not strict: missing parameters
+// keep their current values and both lists go to `report` (may be NULL). Every rank validates every
+// tensor, so a bad file fails on all ranks alike.
+fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
+                             size_t report_cap);
 // Gathers the full parameters (or gradients) and writes them from rank 0 as safetensors.
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads);
 

@@ -45,13 +45,35 @@ fsdp_status fsdp_sync_module_states(fsdp_state *s) {
     return FSDP_OK;
 }
 
-fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix) {
+// Tensors a Hugging Face GPT-2 file carries that are not parameters of ours.
+static int ignorable(const char *name) {
+    size_t n = strlen(name);
+    return (n >= 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
+           (n >= 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0) || strcmp(name, "lm_head.weight") == 0;
+}
+
+// Appends ", name" to a bounded list; counts what did not fit.
+static void list_add(char *buf, size_t cap, int *count, const char *name) {
+    size_t len = strlen(buf);
+    if (*count < 8 && len + strlen(name) + 3 < cap) snprintf(buf + len, cap - len, "%s%s", *count ? ", " : "", name);
+    (*count)++;
+}
+
+fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
+                             size_t report_cap) {
     st_file *f = NULL;
     FSDP_CHECK(st_open(path, &f));
+    char missing[512] = "", unexpected[512] = "";
+    int n_missing = 0, n_unexpected = 0;
+    size_t plen = alt_prefix ? strlen(alt_prefix) : 0;
+    for (int i = 0; i < st_count(f); i++) {  // tensors of the file that are no parameter
+        const char *name = st_entry_at(f, i)->name;
+        const char *bare = plen && strncmp(name, alt_prefix, plen) == 0 ? name + plen : name;
+        if (!nn_params_find(s->model.params, bare) && !ignorable(bare)) list_add(unexpected, sizeof unexpected, &n_unexpected, name);
+    }
     fsdp_status st = FSDP_OK;
     for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
         fsdp_unit *u = &s->units[ui];
-        memset(u->shard, 0, sizeof(float) * (size_t)u->shard_numel);
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
             nn_param *p = u->params[i];
             const char *name = p->name;
@@ -60,13 +82,34 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
                 snprintf(alt, sizeof alt, "%s%s", alt_prefix, p->name);
                 if (st_find(f, alt)) name = alt;
             }
+            if (!st_find(f, name)) {
+                list_add(missing, sizeof missing, &n_missing, p->name);
+                continue;
+            }
             shard_piece pc = piece_of(u, i);
-            // every rank validates every tensor, so a bad file fails on all ranks alike
             st = st_read_f32_range(f, name, u->shard + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
         }
     }
     st_close(f);
-    return st;
+    if (st != FSDP_OK) return st;
+    if (strict && n_missing)
+        return fsdp_error(FSDP_ERR_MISSING, "%s: missing %d tensor(s): %s%s", path, n_missing, missing,
+                          n_missing > 8 ? ", ..." : "");
+    if (strict && n_unexpected)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: %d unexpected tensor(s) (not parameters of this model): %s%s",
+                          path, n_unexpected, unexpected, n_unexpected > 8 ? ", ..." : "");
+    if (report && report_cap) {
+        report[0] = 0;
+        if (n_missing)
+            snprintf(report, report_cap, "%s: %d parameter(s) not in the file kept their initial values: %s%s", path,
+                     n_missing, missing, n_missing > 8 ? ", ..." : "");
+        if (n_unexpected) {
+            size_t len = strlen(report);
+            snprintf(report + len, report_cap - len, "%s%s: %d tensor(s) in the file are not parameters: %s%s",
+                     len ? "\n" : "", path, n_unexpected, unexpected, n_unexpected > 8 ? ", ..." : "");
+        }
+    }
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {

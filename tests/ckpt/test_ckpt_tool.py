@@ -57,6 +57,22 @@ def main():
             f"{tmp}/batch.safetensors", "--threads", "1"])
     chk.close("PyTorch (strict load of the consolidated file) computes our loss", losses(r.stdout), [ref], 1e-5, 0)
 
+    # strict and non-strict loading of a full state dict through --init
+    full = st_load(out)
+    extra = dict(full)
+    extra["bogus.weight"] = np.zeros(3, np.float32)
+    st_save(f"{tmp}/extra.safetensors", extra)
+    missing = {k: v for k, v in full.items() if k != "h.1.ln_2.bias"}
+    st_save(f"{tmp}/missing.safetensors", missing)
+    base = [train, "--heads", str(H), "--seq", str(T), "--batch", "4", "--steps", "1", "--threads", "1"]
+    for name, path, token in (("unexpected", "extra", "bogus.weight"), ("missing", "missing", "h.1.ln_2.bias")):
+        r = sh(base + ["--init", f"{tmp}/{path}.safetensors"])
+        chk.close(f"strict --init with a {name} tensor: fails naming it",
+                  [int(r.returncode != 0 and token in r.stderr and len(r.stderr.strip().splitlines()) == 1)], [1], 0, 0)
+        r = sh(base + ["--init", f"{tmp}/{path}.safetensors", "--init-nonstrict"])
+        chk.close(f"--init-nonstrict with a {name} tensor: trains and reports it",
+                  [int(r.returncode == 0 and token in r.stderr and "note" in r.stderr)], [1], 0, 0)
+
     # reshard 2 -> 3: resuming from it on 3 ranks equals resuming from the original on 3 ranks
     chk.close("reshard: exit status", [sh([tool, "reshard", ck, f"{tmp}/rs3", "--world-size", "3"]).returncode], [0], 0, 0)
     a = losses(sh(["mpirun", "-np", "3", train] + MODEL + ["--batch", "4", "--steps", "6", "--resume", ck]).stdout)
