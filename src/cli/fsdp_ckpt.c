@@ -14,6 +14,7 @@
 
 #include "ckpt/crc32.h"
 #include "ckpt/safetensors.h"
+#include "fsdp/fsdp.h"
 #include "tensor/tensor.h"
 
 static const char *prog = "fsdp-ckpt";
@@ -118,6 +119,12 @@ static fsdp_status read_tensor(ckpt *c, const char *prefix, const char *name, fl
     return FSDP_OK;
 }
 
+static int is_full(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    return access(path, F_OK) == 0;
+}
+
 static int cmd_info(const char *path) {
     struct stat sb;
     if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {  // a plain safetensors file
@@ -131,6 +138,19 @@ static int cmd_info(const char *path) {
         }
         st_close(f);
         return 0;
+    }
+    if (is_full(path)) {  // a full checkpoint: the state dict and the optimizer file
+        char model[4200], optim[4200];
+        snprintf(model, sizeof model, "%s/model.safetensors", path);
+        snprintf(optim, sizeof optim, "%s/optimizer.safetensors", path);
+        st_file *o = NULL;
+        if (st_open(optim, &o) != FSDP_OK) return fail();
+        printf("%s: full checkpoint (model.safetensors + optimizer.safetensors)\n", path);
+        const char *mkeys[] = {"world_size", "strategy", "step", "seed", "global_batch", "adam_step"};
+        for (size_t k = 0; k < sizeof mkeys / sizeof mkeys[0]; k++)
+            printf("  %-13s %s\n", mkeys[k], st_metadata(o, mkeys[k]) ? st_metadata(o, mkeys[k]) : "?");
+        st_close(o);
+        return cmd_info(model);
     }
     ckpt c;
     if (ckpt_open(path, &c) != FSDP_OK) return fail();
@@ -157,6 +177,11 @@ static int cmd_info(const char *path) {
 }
 
 static int cmd_verify(const char *dir) {
+    if (fsdp_verify_marker(dir) != FSDP_OK) return fail();  // DONE and the files it lists
+    if (is_full(dir)) {
+        printf("%s: complete full checkpoint, checksums match\n", dir);
+        return 0;
+    }
     ckpt c;
     if (ckpt_open(dir, &c) != FSDP_OK) return fail();
     int bad = 0, files = 0;

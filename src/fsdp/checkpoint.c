@@ -137,13 +137,23 @@ static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_traine
     return st;
 }
 
-static fsdp_status write_marker(const char *dir) {
-    char path[4096], tmp[4200];
+// DONE lists "<file> <crc32>" for the files rank 0 wrote (the index, or the full state dict and the
+// optimizer file); shard files' checksums are in the index.
+static fsdp_status write_marker(const char *dir, const char *const *files, int n) {
+    char path[4096], tmp[4200], lines[1024] = "";
+    for (int i = 0; i < n; i++) {
+        char file[4200];
+        uint32_t crc = 0;
+        snprintf(file, sizeof file, "%s/%s", dir, files[i]);
+        FSDP_CHECK(fsdp_crc32_file(file, &crc));
+        size_t len = strlen(lines);
+        snprintf(lines + len, sizeof lines - len, "%s %08x\n", files[i], crc);
+    }
     snprintf(path, sizeof path, "%s/DONE", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "w");
     if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    fprintf(f, "complete\n");
+    fprintf(f, "complete\n%s", lines);
     int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
     fclose(f);
     if (bad || rename(tmp, path) != 0) {
@@ -184,7 +194,8 @@ fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trai
     free(flags);
     free(writers);
     FSDP_CHECK(agree(s, st, "writing the index"));
-    if (R == 0) st = write_marker(dir);  // last, after every rank's files are complete
+    static const char *const written[] = {"index.safetensors"};
+    if (R == 0) st = write_marker(dir, written, 1);  // last, after every rank's files are complete
     return agree(s, st, "writing the completion marker");
 }
 
@@ -253,7 +264,8 @@ fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp
     FSDP_CHECK(fsdp_save_full(s, path, 0));  // agrees across ranks itself
     snprintf(path, sizeof path, "%s/optimizer.safetensors", dir);
     FSDP_CHECK(agree(s, save_moments(s, path, ts), "writing the optimizer state"));
-    if (R == 0) st = write_marker(dir);
+    static const char *const written[] = {"model.safetensors", "optimizer.safetensors"};
+    if (R == 0) st = write_marker(dir, written, 2);
     return agree(s, st, "writing the completion marker");
 }
 
@@ -411,14 +423,33 @@ static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model
     return st;
 }
 
+fsdp_status fsdp_verify_marker(const char *dir) {
+    char path[4200], line[512];
+    snprintf(path, sizeof path, "%s/DONE", dir);
+    FILE *f = fopen(path, "r");
+    if (!f) return fsdp_error(FSDP_ERR_MISSING, "%s: no completion marker DONE: the checkpoint is incomplete", dir);
+    fsdp_status st = FSDP_OK;
+    while (st == FSDP_OK && fgets(line, sizeof line, f)) {
+        char name[256];
+        unsigned want;
+        if (sscanf(line, "%255s %x", name, &want) != 2) continue;  // "complete"
+        char file[4200];
+        uint32_t crc = 0;
+        snprintf(file, sizeof file, "%s/%s", dir, name);
+        st = fsdp_crc32_file(file, &crc);
+        if (st == FSDP_OK && crc != want)
+            st = fsdp_error(FSDP_ERR_FORMAT, "%s: checksum mismatch (DONE %08x, file %08x): the file is damaged", file,
+                            want, crc);
+    }
+    fclose(f);
+    return st;
+}
+
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts) {
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     int full = access(path, F_OK) == 0;
-    snprintf(path, sizeof path, "%s/DONE", dir);
-    fsdp_status st = access(path, F_OK) == 0
-                         ? FSDP_OK
-                         : fsdp_error(FSDP_ERR_MISSING, "%s: no completion marker DONE: the checkpoint is incomplete", dir);
+    fsdp_status st = fsdp_verify_marker(dir);
     st_file *index = NULL, *model = NULL;
     snprintf(path, sizeof path, full ? "%s/optimizer.safetensors" : "%s/index.safetensors", dir);
     if (st == FSDP_OK) st = st_open(path, &index);  // (full: the optimizer file carries the metadata)

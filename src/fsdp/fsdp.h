@@ -117,6 +117,8 @@ fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp
 // Loads either kind (a directory with model.safetensors is a full checkpoint). Fails (on every rank,
 // with the model untouched) unless every file is present, checksums match and every tensor fits.
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts);
+// Checks that dir is complete (DONE present) and that the files DONE lists match their CRC-32s.
+fsdp_status fsdp_verify_marker(const char *dir);
 
 // Layout and memory
 int fsdp_unit_count(const fsdp_state *s);

@@ -151,6 +151,18 @@ def main():
     damaged("missing shard", lambda d: os.remove(f"{d}/shard_00000.safetensors"), ["shard_00000"])
     damaged("truncated shard", truncate, ["shard_00000", "checksum"])
     damaged("no DONE marker", lambda d: os.remove(f"{d}/DONE"), ["DONE"])
+    # a full checkpoint's files are checked against the CRC-32s listed in DONE
+    bad_full = f"{tmp}/bad-full"
+    shutil.copytree(f"{ckf}/step_00000003", bad_full)
+    path = f"{bad_full}/model.safetensors"
+    data = bytearray(open(path, "rb").read())
+    data[-100] ^= 0x01
+    open(path, "wb").write(bytes(data))
+    r = train(binary, 2, ["--steps", "6", "--resume", bad_full])
+    chk.close("damaged full checkpoint: clear error",
+              [int(r.returncode != 0 and "model.safetensors" in r.stderr and "checksum" in r.stderr)], [1], 0, 0)
+    r = subprocess.run([os.path.join(args.bin, "fsdp-ckpt"), "verify", bad_full], capture_output=True, text=True)
+    chk.close("fsdp-ckpt verify catches it", [int(r.returncode != 0 and "checksum" in r.stderr)], [1], 0, 0)
     r = subprocess.run(["mpirun", "-np", "2", binary, "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "16",
                         "--batch", "6", "--threads", "1", "--steps", "6", "--resume", good],
                        capture_output=True, text=True, env={**os.environ, **MPI_ENV})
