@@ -25,7 +25,7 @@ typedef struct {
     int init_nonstrict, strategy, shard_group_size, backward_prefetch, forward_prefetch, limit_all_gathers;
     float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
-    int norm_first, activation, batch_first, causal;
+    int norm_first, activation, batch_first, causal, activation_checkpointing;
     cli_ckpt_options ckpt;
 } minimal_options;
 
@@ -145,6 +145,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
     layer.causal = o->causal;
     nn_encoder_stack model;
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) return fail(fsdp_last_error());
+    nn_sequential_set_checkpointing(&model.seq, o->activation_checkpointing);
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
     if (fsdp_wrap(&fs, desc, cfg, world) != FSDP_OK) return fail(fsdp_last_error());
@@ -266,6 +267,7 @@ int main(int argc, char **argv) {
         {"--ckpt-type", ARG_CHOICE, &o.ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0)", 1, 0, "sharded|full"},
         {"--keep-last", ARG_INT, &o.ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o.ckpt.resume, "resume from a checkpoint directory, or auto (newest complete under --ckpt-dir)", 1, 0, NULL},
+        {"--activation-checkpointing", ARG_BOOL, &o.activation_checkpointing, "keep only each layer's output; recompute the layer's forward in backward", 1, 0, NULL},
         {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},

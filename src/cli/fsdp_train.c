@@ -30,7 +30,7 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
-    int init_nonstrict, schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
+    int activation_checkpointing, init_nonstrict, schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
     int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
     cli_ckpt_options ckpt;
     float lr, min_lr, weight_decay, dropout, clip;
@@ -207,6 +207,7 @@ static int run(train_options *o, fsdp_comm *world) {
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     nn_gpt2 model;
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) return fail(fsdp_last_error());
+    nn_sequential_set_checkpointing(&model.blocks, o->activation_checkpointing);
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     fsdp_state *fs = NULL;
     if (fsdp_wrap(&fs, desc, fcfg, world) != FSDP_OK) return fail(fsdp_last_error());
@@ -395,6 +396,7 @@ int main(int argc, char **argv) {
         {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward", 1, 0, NULL},
         {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once (0: no limit)", 0, 1e6, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
+        {"--activation-checkpointing", ARG_BOOL, &o.activation_checkpointing, "keep only each block's output; recompute the block's forward in backward", 1, 0, NULL},
         {"--ckpt-dir", ARG_STRING, &o.ckpt.dir, "checkpoint directory (sharded checkpoints step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
         {"--save-every", ARG_INT, &o.ckpt.save_every, "save a checkpoint after every N completed steps (0: only on SIGINT/SIGTERM)", 0, 1e9, NULL},
         {"--ckpt-type", ARG_CHOICE, &o.ckpt.type, "sharded (a file per rank) or full (model.safetensors + optimizer.safetensors from rank 0)", 1, 0, "sharded|full"},

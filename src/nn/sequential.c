@@ -15,12 +15,18 @@ fsdp_status nn_sequential_create(nn_sequential *s, int count) {
 }
 
 void nn_sequential_free(nn_sequential *s) {
-    for (int i = 0; i < s->count; i++) nn_block_free(&s->blocks[i]);
+    for (int i = s->count - 1; i >= 0; i--) nn_block_free(&s->blocks[i]);  // borrowers before the owner
     free(s->blocks);
     fsdp_free(s->grad_a);
     fsdp_free(s->grad_b);
     fsdp_free(s->scratch);
     memset(s, 0, sizeof *s);
+}
+
+void nn_sequential_set_checkpointing(nn_sequential *s, int on) {
+    for (int i = s->count - 1; i >= 0; i--) nn_block_free(&s->blocks[i]);  // borrowers first
+    for (int i = 0; i < s->count; i++) s->blocks[i].share = on && i > 0 ? &s->blocks[0] : NULL;
+    s->checkpointing = on;
 }
 
 #define CALL_HOOK(s, fn, i)                                      \
@@ -77,6 +83,8 @@ fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const fl
         CALL_HOOK(s, pre_backward, i);
         float *target = (i == 0 && dinp) ? dinp : ((g == s->grad_a) ? s->grad_b : s->grad_a);
         const float *x = i == 0 ? inp : s->blocks[i - 1].out;
+        // checkpointing: the shared buffers hold the last block's forward; recompute the others
+        if (s->checkpointing && i != s->count - 1) FSDP_CHECK(nn_block_forward(ctx, &s->blocks[i], x, B, T));
         nn_block_backward(ctx, &s->blocks[i], target, g, x, s->scratch);
         CALL_HOOK(s, post_backward, i);
         g = target;

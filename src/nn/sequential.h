@@ -16,6 +16,8 @@ typedef struct {
     int count;
     nn_block *blocks;  // (count,)
     const nn_hooks *hooks;  // may be NULL
+    int checkpointing;      // activation checkpointing: blocks keep only their output; backward
+                            // recomputes each block's forward (same dropout masks) before its backward
     // backward ping-pong buffers and shared scratch, sized on first backward
     float *grad_a, *grad_b;  // (N, C)
     float *scratch;          // nn_block_scratch_floats
@@ -24,6 +26,8 @@ typedef struct {
 
 fsdp_status nn_sequential_create(nn_sequential *s, int count);
 void nn_sequential_free(nn_sequential *s);
+// Turns activation checkpointing on or off (frees the blocks' activation buffers).
+void nn_sequential_set_checkpointing(nn_sequential *s, int on);
 // inp: (N, C); returns the last block's output (N, C) through *out
 fsdp_status nn_sequential_forward(const nn_ctx *ctx, nn_sequential *s, const float *inp, int B, int T,
                                   const float **out);

@@ -62,8 +62,9 @@ void nn_block_free(nn_block *blk) {
     float **bufs[] = {&blk->ln1_out, &blk->ln1_mean, &blk->ln1_rstd, &blk->qkv, &blk->att,
                       &blk->attn_ctx, &blk->attn_out, &blk->r1, &blk->ln2_out, &blk->ln2_mean,
                       &blk->ln2_rstd, &blk->f1, &blk->act, &blk->f2, &blk->r2, &blk->out};
+    int borrowed = blk->share && blk->share != blk;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        fsdp_free(*bufs[i]);
+        if (!borrowed || bufs[i] == &blk->out) fsdp_free(*bufs[i]);
         *bufs[i] = NULL;
     }
     blk->capacity_rows = 0;
@@ -74,6 +75,23 @@ static fsdp_status ensure_buffers(nn_block *blk, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)blk->cfg.d_model, F = (size_t)blk->cfg.d_ff;
     size_t H = (size_t)blk->cfg.n_heads;
     size_t att_floats = (size_t)B * H * T * T;
+    if (blk->share && blk->share != blk) {  // borrow the intermediates, keep a private output
+        nn_block *o = blk->share;
+        FSDP_CHECK(ensure_buffers(o, B, T));
+        if (N > blk->capacity_rows) {
+            fsdp_free(blk->out);
+            blk->out = fsdp_alloc(N * C * sizeof(float), FSDP_MEM_ACTIVATIONS);
+            if (!blk->out) return FSDP_ERR_NOMEM;
+            blk->capacity_rows = N;
+        }
+        blk->ln1_out = o->ln1_out, blk->ln1_mean = o->ln1_mean, blk->ln1_rstd = o->ln1_rstd, blk->qkv = o->qkv;
+        blk->att = o->att, blk->attn_ctx = o->attn_ctx, blk->attn_out = o->attn_out, blk->r1 = o->r1;
+        blk->ln2_out = o->ln2_out, blk->ln2_mean = o->ln2_mean, blk->ln2_rstd = o->ln2_rstd, blk->f1 = o->f1;
+        blk->act = o->act, blk->f2 = o->f2, blk->r2 = o->r2;
+        blk->B = B;
+        blk->T = T;
+        return FSDP_OK;
+    }
     if (N <= blk->capacity_rows && att_floats <= blk->capacity_att) {
         blk->B = B;
         blk->T = T;

@@ -21,13 +21,15 @@ typedef struct {
     float ln_eps;
 } nn_block_config;
 
-typedef struct {
+typedef struct nn_block_s {
     nn_block_config cfg;
     int index;  // position in the model: dropout streams and debug names
     nn_layernorm norm1, norm2;
     nn_mha attn;
     nn_linear fc1, fc2;
     // activations for the last forward; N = B*T rows
+    struct nn_block_s *share;  // activation checkpointing: use this block's intermediate buffers (only
+                               // `out` stays this block's own); NULL: own buffers
     int B, T;
     size_t capacity_rows, capacity_att;  // allocated sizes of the row buffers and of att
     float *ln1_out;        // (N, C) norm1 output (post-LN: of r1; pre-LN: of x)
