@@ -25,7 +25,8 @@ typedef struct {
     int init_nonstrict, strategy, shard_group_size, backward_prefetch, forward_prefetch, limit_all_gathers;
     float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
-    int norm_first, activation, batch_first, causal, activation_checkpointing;
+    int norm_first, activation, batch_first, causal, activation_checkpointing, cpu_offload;
+    const char *offload_dir;
     cli_ckpt_options ckpt;
 } minimal_options;
 
@@ -122,6 +123,8 @@ static int run(minimal_options *o, fsdp_comm *world) {
     fsdp_config cfg = fsdp_config_default();
     cfg.strategy = (fsdp_strategy)o->strategy;
     cfg.shard_group_size = o->shard_group_size;
+    cfg.offload_dir = o->offload_dir;
+    cfg.cpu_offload = o->cpu_offload;
     cfg.backward_prefetch = (fsdp_backward_prefetch)(o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
                                                      : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST
                                                                                  : FSDP_PREFETCH_NONE);
@@ -268,6 +271,8 @@ int main(int argc, char **argv) {
         {"--keep-last", ARG_INT, &o.ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o.ckpt.resume, "resume from a checkpoint directory, or auto (newest complete under --ckpt-dir)", 1, 0, NULL},
         {"--activation-checkpointing", ARG_BOOL, &o.activation_checkpointing, "keep only each layer's output; recompute the layer's forward in backward", 1, 0, NULL},
+        {"--offload-dir", ARG_STRING, &o.offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
+        {"--cpu-offload", ARG_BOOL, &o.cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
         {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},

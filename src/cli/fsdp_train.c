@@ -30,12 +30,12 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
-    int activation_checkpointing, init_nonstrict, schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
+    int activation_checkpointing, cpu_offload, init_nonstrict, schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
     int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
     cli_ckpt_options ckpt;
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
-    const char *jsonl_path, *plot_path, *trace_path;
+    const char *jsonl_path, *plot_path, *trace_path, *offload_dir;
 } train_options;
 
 static volatile sig_atomic_t stop_signal;  // SIGINT/SIGTERM received: finish the step, save, exit
@@ -180,6 +180,8 @@ static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     fsdp_config fcfg = fsdp_config_default();
     fcfg.strategy = (fsdp_strategy)o->strategy;
+    fcfg.offload_dir = o->offload_dir;
+    fcfg.cpu_offload = o->cpu_offload;
     fcfg.shard_group_size = o->shard_group_size;
     fcfg.backward_prefetch = o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
                              : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST : FSDP_PREFETCH_NONE;
@@ -395,6 +397,8 @@ int main(int argc, char **argv) {
         {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
         {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward", 1, 0, NULL},
         {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once (0: no limit)", 0, 1e6, NULL},
+        {"--offload-dir", ARG_STRING, &o.offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
+        {"--cpu-offload", ARG_BOOL, &o.cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
         {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
         {"--activation-checkpointing", ARG_BOOL, &o.activation_checkpointing, "keep only each block's output; recompute the block's forward in backward", 1, 0, NULL},
         {"--ckpt-dir", ARG_STRING, &o.ckpt.dir, "checkpoint directory (sharded checkpoints step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},

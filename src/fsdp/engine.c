@@ -70,6 +70,7 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     fsdp_trace_add_bytes(bytes);
     double t0 = fsdp_now_sec();
     fsdp_status st;
+    if (u->offloaded) fsdp_offload_prefetch(u->shard, sizeof(float) * (size_t)u->shard_numel);
     if (u->shard_shared) {  // zero-copy: the peers' shards are read where they live
         st = fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
     } else {
@@ -315,7 +316,22 @@ void fsdp_scale_grads(fsdp_state *s, float factor) {
 }
 
 fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
-    FSDP_CHECK(fsdp_adamw_create(&s->opt, cfg, fsdp_local_numel(s)));
+    int64_t n = fsdp_local_numel(s);
+    if (s->cfg.offload_dir) {  // the moments in mapped files too
+        size_t bytes = sizeof(float) * (size_t)n;
+        int R = fsdp_comm_rank(s->world);
+        memset(&s->opt, 0, sizeof s->opt);
+        s->opt.cfg = cfg;
+        s->opt.n = n;
+        s->opt_map[0] = fsdp_offload_map(s->cfg.offload_dir, R, "exp_avg", 0, bytes);
+        s->opt_map[1] = s->opt_map[0] ? fsdp_offload_map(s->cfg.offload_dir, R, "exp_avg_sq", 0, bytes) : NULL;
+        if (!s->opt_map[1]) return FSDP_ERR_IO;
+        s->opt.m = s->opt_map[0];
+        s->opt.v = s->opt_map[1];
+        fsdp_mem_track(FSDP_MEM_OPTIM, 2 * bytes, +1);
+    } else {
+        FSDP_CHECK(fsdp_adamw_create(&s->opt, cfg, n));
+    }
     s->have_opt = 1;
     return FSDP_OK;
 }
@@ -327,6 +343,14 @@ void fsdp_optimizer_step(fsdp_state *s, float lr) {
     fsdp_adamw_begin_step(&s->opt);
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
+        if (u->offloaded && i + 1 < s->n_units) {  // page in the next unit's state while this one updates
+            const fsdp_unit *nx = &s->units[i + 1];
+            size_t bytes = sizeof(float) * (size_t)nx->shard_numel;
+            fsdp_offload_prefetch(nx->shard, bytes);
+            fsdp_offload_prefetch(nx->shard_grad, bytes);
+            fsdp_offload_prefetch(s->opt.m + nx->opt_offset, bytes);
+            fsdp_offload_prefetch(s->opt.v + nx->opt_offset, bytes);
+        }
         fsdp_adamw_update(k, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->shard_numel);
     }
     fsdp_trace_end();

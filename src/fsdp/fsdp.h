@@ -41,6 +41,10 @@ typedef struct {
     int forward_prefetch;
     int limit_all_gathers;       // at most this many block units unsharded at once (0 = no limit)
     int sync_module_states;      // broadcast rank 0's initial parameters
+    const char *offload_dir;     // keep master shards, gradient shards and AdamW state in mmap'ed files here
+    int cpu_offload;             // CPUOffload(offload_params=True): parameters and gradients in host memory and
+                                 // the optimizer on the host. On the CPU backend they already are: a no-op
+                                 // until the CUDA backend exists (the hook is where it will move them).
 } fsdp_config;
 
 fsdp_config fsdp_config_default(void);  // FULL_SHARD, transformer wrap, BACKWARD_PRE, limit 2

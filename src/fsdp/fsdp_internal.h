@@ -21,6 +21,7 @@ struct fsdp_unit {
     int64_t opt_offset;      // where the unit's shard sits in the optimizer state
     fsdp_comm_request *gather;  // an all-gather into `full` started early (prefetch), or NULL
     int shard_shared;        // shard lives in the shard group's shared memory (zero-copy all-gather)
+    int offloaded;           // shard and shard_grad are mappings under --offload-dir
     int grad_staged;         // full_grad is one of the state's shared staging buffers
     int order_pos;           // position in the recorded forward order, -1 before it is known
 };
@@ -49,6 +50,7 @@ struct fsdp_state {
     int order_len;
     int order_known;          // 1 once a whole forward has been recorded
     double comm_wait_seconds; // time spent waiting for collectives the engine issued
+    float *opt_map[2];        // --offload-dir: the mapped AdamW moments (m, v), or NULL
     int debug;                // FSDP_DEBUG: 0 off, 1 INFO, 2 DETAIL
     int desync_rank, desync_unit;  // FSDP_TEST_DESYNC=R:U test hook: rank R issues a stray collective at unit U
     long step;                // optimizer steps taken (for messages)
@@ -56,6 +58,11 @@ struct fsdp_state {
     int64_t staging_numel;
     int next_staging;
 };
+
+// offload.c: zero-filled shared mappings of scratch files under dir (unlinked at once)
+float *fsdp_offload_map(const char *dir, int rank, const char *what, int index, size_t bytes);
+void fsdp_offload_unmap(float *p, size_t bytes);
+void fsdp_offload_prefetch(const float *p, size_t bytes);
 
 // engine.c
 fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u);

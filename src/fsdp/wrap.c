@@ -84,6 +84,17 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     u->shard_numel = u->padded / G;
     u->shard_begin = s->replicated ? 0 : (int64_t)fsdp_comm_rank(s->shard_comm) * u->shard_numel;
     size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+    if (s->cfg.offload_dir) {  // file-backed: the kernel may page it out
+        int R = fsdp_comm_rank(s->world);
+        u->shard = fsdp_offload_map(s->cfg.offload_dir, R, "params", u->index, shard_bytes);
+        u->shard_grad = u->shard ? fsdp_offload_map(s->cfg.offload_dir, R, "grads", u->index, shard_bytes) : NULL;
+        if (!u->shard || !u->shard_grad) return FSDP_ERR_IO;
+        u->offloaded = 1;
+        fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
+        fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, +1);
+        for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;
+        return FSDP_OK;
+    }
     u->shard = s->replicated ? NULL : fsdp_comm_alloc_shared(s->shard_comm, shard_bytes);
     if (u->shard) {  // peers read it in place when gathering
         u->shard_shared = 1;
@@ -183,8 +194,15 @@ void fsdp_free_state(fsdp_state *s) {
         fsdp_unit *u = &s->units[i];
         fsdp_reshard(s, u);
         if (u->full_grad && !u->grad_staged) fsdp_free(u->full_grad);
-        if (u->shard_shared) {
-            fsdp_mem_track(FSDP_MEM_PARAMS, sizeof(float) * (size_t)u->shard_numel, -1);
+        size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+        if (u->offloaded) {
+            fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
+            fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, -1);
+            fsdp_offload_unmap(u->shard, shard_bytes);
+            fsdp_offload_unmap(u->shard_grad, shard_bytes);
+            u->shard = u->shard_grad = NULL;
+        } else if (u->shard_shared) {
+            fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
             fsdp_comm_free_shared(s->shard_comm, u->shard);
         } else {
             fsdp_free(u->shard);
@@ -194,7 +212,14 @@ void fsdp_free_state(fsdp_state *s) {
         free(u->offsets);
     }
     if (s->model.blocks) s->model.blocks->hooks = NULL;
-    if (s->have_opt) fsdp_adamw_free(&s->opt);
+    if (s->have_opt && s->opt_map[0]) {  // mapped moments: not from fsdp_alloc
+        size_t bytes = sizeof(float) * (size_t)s->opt.n;
+        fsdp_mem_track(FSDP_MEM_OPTIM, 2 * bytes, -1);
+        fsdp_offload_unmap(s->opt_map[0], bytes);
+        fsdp_offload_unmap(s->opt_map[1], bytes);
+    } else if (s->have_opt) {
+        fsdp_adamw_free(&s->opt);
+    }
     if (s->staging[0]) {
         fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * sizeof(float) * (size_t)s->staging_numel, -1);
         fsdp_comm_free_shared(s->shard_comm, s->staging[1]);
