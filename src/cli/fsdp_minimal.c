@@ -11,6 +11,7 @@
 
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
+#include "cli/fsdp_flags.h"
 #include "cli/train_ckpt.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
@@ -21,13 +22,11 @@
 #include "nn/loss.h"
 
 typedef struct {
-    int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync, summary;
-    int init_nonstrict, strategy, shard_group_size, backward_prefetch, forward_prefetch, limit_all_gathers;
+    int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync;
     float dropout, lr, weight_decay, clip;
-    const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path, *wrap;
-    int norm_first, activation, batch_first, causal, activation_checkpointing, cpu_offload;
-    const char *offload_dir;
-    cli_ckpt_options ckpt;
+    const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
+    int norm_first, activation, batch_first, causal;
+    cli_fsdp_options fsdp;  // the flags shared with fsdp-train
 } minimal_options;
 
 static int rank0;  // this process prints the log and the errors
@@ -35,22 +34,6 @@ static int rank0;  // this process prints the log and the errors
 static int fail(const char *msg) {
     fprintf(stderr, "fsdp-minimal: %s\n", msg);
     return 1;
-}
-
-// --wrap transformer|size:N|none
-static int parse_wrap(const char *text, fsdp_config *cfg) {
-    if (strcmp(text, "transformer") == 0) cfg->wrap = FSDP_WRAP_TRANSFORMER;
-    else if (strcmp(text, "none") == 0) cfg->wrap = FSDP_WRAP_NONE;
-    else if (strncmp(text, "size:", 5) == 0) {
-        char *end = NULL;
-        long long n = strtoll(text + 5, &end, 10);
-        if (!text[5] || *end || n < 0) return -1;
-        cfg->wrap = FSDP_WRAP_SIZE;
-        cfg->min_num_params = n;
-    } else {
-        return -1;
-    }
-    return 0;
 }
 
 // The global x: (seq, batch, d), or (batch, seq, d) when batch_first.
@@ -120,20 +103,8 @@ static int run(minimal_options *o, fsdp_comm *world) {
         return 2;
     }
     int micro = local_batch / o->grad_accum;
-    fsdp_config cfg = fsdp_config_default();
-    cfg.strategy = (fsdp_strategy)o->strategy;
-    cfg.shard_group_size = o->shard_group_size;
-    cfg.offload_dir = o->offload_dir;
-    cfg.cpu_offload = o->cpu_offload;
-    cfg.backward_prefetch = (fsdp_backward_prefetch)(o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
-                                                     : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST
-                                                                                 : FSDP_PREFETCH_NONE);
-    cfg.forward_prefetch = o->forward_prefetch;
-    cfg.limit_all_gathers = o->limit_all_gathers;
-    if (parse_wrap(o->wrap, &cfg)) {
-        fprintf(stderr, "fsdp-minimal: --wrap: expected transformer, size:N or none, got '%s'\n", o->wrap);
-        return 2;
-    }
+    fsdp_config cfg;
+    if (cli_fsdp_config("fsdp-minimal", &o->fsdp, &cfg)) return 2;
     if (o->dump_output_path && o->grad_accum != 1) {
         fprintf(stderr, "fsdp-minimal: --dump-output needs --grad-accum 1\n");
         return 2;
@@ -148,17 +119,17 @@ static int run(minimal_options *o, fsdp_comm *world) {
     layer.causal = o->causal;
     nn_encoder_stack model;
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) return fail(fsdp_last_error());
-    nn_sequential_set_checkpointing(&model.seq, o->activation_checkpointing);
+    nn_sequential_set_checkpointing(&model.seq, o->fsdp.activation_checkpointing);
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
     if (fsdp_wrap(&fs, desc, cfg, world) != FSDP_OK) return fail(fsdp_last_error());
     char report[1200] = "";
     fsdp_status st = fsdp_init_params(fs, (uint64_t)o->seed);
     if (st == FSDP_OK && o->init_path)
-        st = fsdp_load_params(fs, o->init_path, NULL, !o->init_nonstrict, report, sizeof report);
+        st = fsdp_load_params(fs, o->init_path, NULL, !o->fsdp.init_nonstrict, report, sizeof report);
     if (st != FSDP_OK) return fail(fsdp_last_error());
     if (report[0] && R == 0) fprintf(stderr, "fsdp-minimal: note: %s\n", report);
-    if (o->summary && R == 0) fsdp_print_summary(fs, stdout);
+    if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
     size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;
     float *x = malloc(sizeof(float) * global_n);
@@ -174,7 +145,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
 
     int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->ckpt, o->batch, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->batch, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
     double total_time = 0.0, total_comm = 0.0;
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
@@ -213,8 +184,8 @@ static int run(minimal_options *o, fsdp_comm *world) {
             else printf("step %d loss %.9g\n", step, loss / N);
             fflush(stdout);
         }
-        if (o->ckpt.dir && o->ckpt.save_every > 0 && (step + 1) % o->ckpt.save_every == 0 &&
-            cli_ckpt_save(fs, &o->ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
+        if (o->fsdp.ckpt.dir && o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0 &&
+            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
             return fail(fsdp_last_error());
     }
     if (o->steps - start_step > 1 && R == 0)
@@ -222,7 +193,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
                start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
                (double)o->seq * o->batch * (o->steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0);
-    if (o->summary && R == 0)  // this rank's memory after training, by category (bytes)
+    if (o->fsdp.summary && R == 0)  // this rank's memory after training, by category (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS));
@@ -237,8 +208,9 @@ static int run(minimal_options *o, fsdp_comm *world) {
 int main(int argc, char **argv) {
     minimal_options o = {.layers = 4, .d_model = 128, .heads = 4, .ffn = 2048, .seq = 8, .batch = 16,
                          .steps = 5, .seed = 0, .threads = 0, .grad_accum = 1, .dropout = 0.1f, .lr = 1e-4f,
-                         .weight_decay = 0.01f, .wrap = "transformer", .limit_all_gathers = 2};
-    cli_arg args[] = {
+                         .weight_decay = 0.01f};
+    cli_fsdp_defaults(&o.fsdp);
+    cli_arg args[64] = {
         {"--layers", ARG_INT, &o.layers, "number of TransformerEncoderLayers", 1, 1e6, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width (d_model)", 1, 1e6, NULL},
         {"--heads", ARG_INT, &o.heads, "attention heads (must divide d_model)", 1, 1e6, NULL},
@@ -251,28 +223,11 @@ int main(int argc, char **argv) {
         {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
         {"--seed", ARG_INT, &o.seed, "seed for init, input and dropout", 0, 2147483647, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (safetensors, PyTorch names)", 1, 0, NULL},
-        {"--init-nonstrict", ARG_BOOL, &o.init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
         {"--input", ARG_STRING, &o.input_path, "global input (safetensors with tensor x [seq, batch, d_model])", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the full state dict here after the last step (rank 0)", 1, 0, NULL},
-        {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0,
-         "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
-        {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
-        {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
-        {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once, prefetches included (0: no limit)", 0, 1e6, NULL},
-        {"--wrap", ARG_STRING, &o.wrap, "auto-wrap policy: transformer (each layer a unit), size:N (layers with >= N params), none (one root unit)", 1, 0, NULL},
-        {"--shard-group-size", ARG_INT, &o.shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
         {"--grad-accum", ARG_INT, &o.grad_accum, "micro-batches per step (each rank's batch is split into this many)", 1, 1e6, NULL},
         {"--no-sync", ARG_BOOL, &o.no_sync, "accumulate unsharded gradients locally and reduce once per step", 1, 0, NULL},
         {"--clip-grad-norm", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off); the log shows the norm", 0, 1e9, NULL},
-        {"--summary", ARG_BOOL, &o.summary, "print the sharding layout (units, numel, padding, shard sizes) and, after training, rank 0's memory", 1, 0, NULL},
-        {"--ckpt-dir", ARG_STRING, &o.ckpt.dir, "checkpoint directory (step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
-        {"--save-every", ARG_INT, &o.ckpt.save_every, "save a checkpoint after every N completed steps", 0, 1e9, NULL},
-        {"--ckpt-type", ARG_CHOICE, &o.ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0)", 1, 0, "sharded|full"},
-        {"--keep-last", ARG_INT, &o.ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
-        {"--resume", ARG_STRING, &o.ckpt.resume, "resume from a checkpoint directory, or auto (newest complete under --ckpt-dir)", 1, 0, NULL},
-        {"--activation-checkpointing", ARG_BOOL, &o.activation_checkpointing, "keep only each layer's output; recompute the layer's forward in backward", 1, 0, NULL},
-        {"--offload-dir", ARG_STRING, &o.offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
-        {"--cpu-offload", ARG_BOOL, &o.cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
         {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},
@@ -281,9 +236,12 @@ int main(int argc, char **argv) {
         {"--dump-output", ARG_STRING, &o.dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };
+    int nargs = 0;
+    while (args[nargs].name) nargs++;
+    nargs = cli_fsdp_add_flags(args, nargs, &o.fsdp);
     int parsed = cli_parse("fsdp-minimal",
                            "Trains FSDP(nn.Sequential(TransformerEncoderLayer x L)) on loss mean(|model(x)|) with AdamW.",
-                           args, (int)(sizeof args / sizeof args[0]), argc, argv);
+                           args, nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);

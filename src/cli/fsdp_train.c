@@ -14,6 +14,7 @@
 #include "ckpt/ckpt_dir.h"
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
+#include "cli/fsdp_flags.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
 #include "comm/comm.h"
@@ -30,12 +31,11 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
-    int activation_checkpointing, cpu_offload, init_nonstrict, schedule, strategy, summary, eval_every, eval_batches, sample, shard_group_size;
-    int backward_prefetch, forward_prefetch, limit_all_gathers, collective_timeout, skip_nonfinite;
-    cli_ckpt_options ckpt;
+    int schedule, eval_every, eval_batches, sample, collective_timeout, skip_nonfinite;
+    cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
     float lr, min_lr, weight_decay, dropout, clip;
-    const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path, *wrap;
-    const char *jsonl_path, *plot_path, *trace_path, *offload_dir;
+    const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
+    const char *jsonl_path, *plot_path, *trace_path;
 } train_options;
 
 static volatile sig_atomic_t stop_signal;  // SIGINT/SIGTERM received: finish the step, save, exit
@@ -65,21 +65,6 @@ static void *watchdog(void *arg) {
 static int fail(const char *msg) {
     fprintf(stderr, "fsdp-train: %s\n", msg);
     return 1;
-}
-
-static int parse_wrap(const char *text, fsdp_config *cfg) {
-    if (strcmp(text, "transformer") == 0) cfg->wrap = FSDP_WRAP_TRANSFORMER;
-    else if (strcmp(text, "none") == 0) cfg->wrap = FSDP_WRAP_NONE;
-    else if (strncmp(text, "size:", 5) == 0) {
-        char *end = NULL;
-        long long n = strtoll(text + 5, &end, 10);
-        if (!text[5] || *end || n < 0) return -1;
-        cfg->wrap = FSDP_WRAP_SIZE;
-        cfg->min_num_params = n;
-    } else {
-        return -1;
-    }
-    return 0;
 }
 
 // --init: the model's dimensions come from the file (vocab and width from wte, positions from wpe,
@@ -178,19 +163,8 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
 
 static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
-    fsdp_config fcfg = fsdp_config_default();
-    fcfg.strategy = (fsdp_strategy)o->strategy;
-    fcfg.offload_dir = o->offload_dir;
-    fcfg.cpu_offload = o->cpu_offload;
-    fcfg.shard_group_size = o->shard_group_size;
-    fcfg.backward_prefetch = o->backward_prefetch == 0 ? FSDP_PREFETCH_BACKWARD_PRE
-                             : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST : FSDP_PREFETCH_NONE;
-    fcfg.forward_prefetch = o->forward_prefetch;
-    fcfg.limit_all_gathers = o->limit_all_gathers;
-    if (parse_wrap(o->wrap, &fcfg)) {
-        fprintf(stderr, "fsdp-train: --wrap: expected transformer, size:N or none, got '%s'\n", o->wrap);
-        return 2;
-    }
+    fsdp_config fcfg;
+    if (cli_fsdp_config("fsdp-train", &o->fsdp, &fcfg)) return 2;
     if (o->input_path && o->grad_accum != 1) {
         fprintf(stderr, "fsdp-train: --input holds one fixed batch: it needs --grad-accum 1\n");
         return 2;
@@ -209,14 +183,14 @@ static int run(train_options *o, fsdp_comm *world) {
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     nn_gpt2 model;
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) return fail(fsdp_last_error());
-    nn_sequential_set_checkpointing(&model.blocks, o->activation_checkpointing);
+    nn_sequential_set_checkpointing(&model.blocks, o->fsdp.activation_checkpointing);
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     fsdp_state *fs = NULL;
     if (fsdp_wrap(&fs, desc, fcfg, world) != FSDP_OK) return fail(fsdp_last_error());
     char report[1200] = "";
     fsdp_status st = fsdp_init_params(fs, (uint64_t)o->seed);
     if (st == FSDP_OK && o->init_path)
-        st = fsdp_load_params(fs, o->init_path, "transformer.", !o->init_nonstrict, report, sizeof report);
+        st = fsdp_load_params(fs, o->init_path, "transformer.", !o->fsdp.init_nonstrict, report, sizeof report);
     if (st != FSDP_OK) return fail(fsdp_last_error());
     if (report[0] && R == 0) fprintf(stderr, "fsdp-train: note: %s\n", report);
     int B = o->batch, T = o->seq, M = o->grad_accum;
@@ -236,13 +210,13 @@ static int run(train_options *o, fsdp_comm *world) {
         printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
                o->d_model, o->heads, o->vocab, T, numel / 1e6);
         printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s\n", N, omp_get_max_threads(),
-               fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->wrap,
+               fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->fsdp.wrap,
                fsdp_comm_backend(fsdp_shard_comm(fs)));
         printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
                (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
                16.0 * (double)local / 1048576.0, (long long)local);
-        if (o->summary) fsdp_print_summary(fs, stdout);
+        if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
         fflush(stdout);
     }
     int32_t *idx = malloc(sizeof(int32_t) * (size_t)N * B * T), *targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
@@ -264,7 +238,7 @@ static int run(train_options *o, fsdp_comm *world) {
     train_log log;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
     int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
     if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) return 1;
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
     const char *nan_env = getenv("FSDP_TEST_NAN_STEP");
@@ -319,12 +293,12 @@ static int run(train_options *o, fsdp_comm *world) {
         double stop = stop_signal;  // every rank stops after the same step
         if (fsdp_all_reduce_double(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
         int64_t global_batch = (int64_t)N * M * B;
-        if (o->ckpt.dir && ((o->ckpt.save_every > 0 && (step + 1) % o->ckpt.save_every == 0) || stop > 0) &&
-            cli_ckpt_save(fs, &o->ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
+        if (o->fsdp.ckpt.dir && ((o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0) || stop > 0) &&
+            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
             return fail(fsdp_last_error());
         if (stop > 0) {
             if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
-                                o->ckpt.dir ? "; checkpoint saved (--resume auto continues)"
+                                o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)"
                                             : o->save_path ? "; saving the weights" : "");
             if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
             return 130;
@@ -359,9 +333,9 @@ int main(int argc, char **argv) {
     train_options o = {.layers = 4, .d_model = 256, .heads = 4, .vocab = 256, .seq = 128, .max_seq = 0,
                        .batch = 8, .grad_accum = 1, .steps = 300, .seed = 0, .threads = 0, .warmup = 20,
                        .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 1.0f,
-                       .eval_batches = 4, .wrap = "transformer", .limit_all_gathers = 2,
-                       .collective_timeout = 300};
-    cli_arg args[] = {
+                       .eval_batches = 4, .collective_timeout = 300};
+    cli_fsdp_defaults(&o.fsdp);
+    cli_arg args[80] = {
         {"--layers", ARG_INT, &o.layers, "transformer blocks", 1, 1e5, NULL},
         {"--d-model", ARG_INT, &o.d_model, "model width", 1, 1e6, NULL},
         {"--heads", ARG_INT, &o.heads, "attention heads (must divide d_model)", 1, 1e5, NULL},
@@ -386,33 +360,20 @@ int main(int argc, char **argv) {
         {"--sample", ARG_INT, &o.sample, "generate N bytes of text at the end (byte-level models)", 0, 1e6, NULL},
         {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
-        {"--init-nonstrict", ARG_BOOL, &o.init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the weights here after the last step (rank 0)", 1, 0, NULL},
         {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients here", 1, 0, NULL},
         {"--log-jsonl", ARG_STRING, &o.jsonl_path, "write one JSON object per step here", 1, 0, NULL},
         {"--plot", ARG_STRING, &o.plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
-        {"--strategy", ARG_CHOICE, &o.strategy, "FSDP sharding strategy", 1, 0, "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
-        {"--wrap", ARG_STRING, &o.wrap, "auto-wrap policy: transformer, size:N or none", 1, 0, NULL},
-        {"--shard-group-size", ARG_INT, &o.shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
-        {"--backward-prefetch", ARG_CHOICE, &o.backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
-        {"--forward-prefetch", ARG_BOOL, &o.forward_prefetch, "issue the next unit's all-gather before the current unit's forward", 1, 0, NULL},
-        {"--limit-all-gathers", ARG_INT, &o.limit_all_gathers, "at most this many units unsharded at once (0: no limit)", 0, 1e6, NULL},
-        {"--offload-dir", ARG_STRING, &o.offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
-        {"--cpu-offload", ARG_BOOL, &o.cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
-        {"--summary", ARG_BOOL, &o.summary, "print the sharding layout", 1, 0, NULL},
-        {"--activation-checkpointing", ARG_BOOL, &o.activation_checkpointing, "keep only each block's output; recompute the block's forward in backward", 1, 0, NULL},
-        {"--ckpt-dir", ARG_STRING, &o.ckpt.dir, "checkpoint directory (sharded checkpoints step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
-        {"--save-every", ARG_INT, &o.ckpt.save_every, "save a checkpoint after every N completed steps (0: only on SIGINT/SIGTERM)", 0, 1e9, NULL},
-        {"--ckpt-type", ARG_CHOICE, &o.ckpt.type, "sharded (a file per rank) or full (model.safetensors + optimizer.safetensors from rank 0)", 1, 0, "sharded|full"},
-        {"--keep-last", ARG_INT, &o.ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
-        {"--resume", ARG_STRING, &o.ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
         {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
         {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss is NaN or Inf (default: stop)", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };
+    int nargs = 0;
+    while (args[nargs].name) nargs++;
+    nargs = cli_fsdp_add_flags(args, nargs, &o.fsdp);
     int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,
-                           (int)(sizeof args / sizeof args[0]), argc, argv);
+                           nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
     if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {

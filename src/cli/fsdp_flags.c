@@ -1,0 +1,65 @@
+// fsdp_flags.c: the flags both tools share, and the fsdp_config they produce.
+#include "cli/fsdp_flags.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void cli_fsdp_defaults(cli_fsdp_options *o) {
+    memset(o, 0, sizeof *o);
+    o->wrap = "transformer";
+    o->limit_all_gathers = 2;
+}
+
+int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
+    cli_arg shared[CLI_FSDP_NFLAGS] = {
+        {"--strategy", ARG_CHOICE, &o->strategy, "FSDP sharding strategy", 1, 0,
+         "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
+        {"--wrap", ARG_STRING, &o->wrap, "auto-wrap policy: transformer (each block a unit), size:N (blocks with >= N params), none (one root unit)", 1, 0, NULL},
+        {"--shard-group-size", ARG_INT, &o->shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
+        {"--backward-prefetch", ARG_CHOICE, &o->backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
+        {"--forward-prefetch", ARG_BOOL, &o->forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
+        {"--limit-all-gathers", ARG_INT, &o->limit_all_gathers, "at most this many units unsharded at once, prefetches included (0: no limit)", 0, 1e6, NULL},
+        {"--activation-checkpointing", ARG_BOOL, &o->activation_checkpointing, "keep only each block's output; recompute the block's forward in backward", 1, 0, NULL},
+        {"--offload-dir", ARG_STRING, &o->offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
+        {"--cpu-offload", ARG_BOOL, &o->cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
+        {"--summary", ARG_BOOL, &o->summary, "print the sharding layout (units, numel, padding, shard sizes)", 1, 0, NULL},
+        {"--init-nonstrict", ARG_BOOL, &o->init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
+        {"--ckpt-dir", ARG_STRING, &o->ckpt.dir, "checkpoint directory (step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
+        {"--save-every", ARG_INT, &o->ckpt.save_every, "save a checkpoint after every N completed steps", 0, 1e9, NULL},
+        {"--ckpt-type", ARG_CHOICE, &o->ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0)", 1, 0, "sharded|full"},
+        {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
+        {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
+    };
+    for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
+    return n + CLI_FSDP_NFLAGS;
+}
+
+int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg) {
+    *cfg = fsdp_config_default();
+    cfg->strategy = (fsdp_strategy)o->strategy;
+    cfg->shard_group_size = o->shard_group_size;
+    cfg->backward_prefetch = o->backward_prefetch == 0   ? FSDP_PREFETCH_BACKWARD_PRE
+                             : o->backward_prefetch == 1 ? FSDP_PREFETCH_BACKWARD_POST
+                                                         : FSDP_PREFETCH_NONE;
+    cfg->forward_prefetch = o->forward_prefetch;
+    cfg->limit_all_gathers = o->limit_all_gathers;
+    cfg->offload_dir = o->offload_dir;
+    cfg->cpu_offload = o->cpu_offload;
+    const char *w = o->wrap;
+    if (strcmp(w, "transformer") == 0) {
+        cfg->wrap = FSDP_WRAP_TRANSFORMER;
+    } else if (strcmp(w, "none") == 0) {
+        cfg->wrap = FSDP_WRAP_NONE;
+    } else {
+        char *end = NULL;
+        long long n = strncmp(w, "size:", 5) == 0 && w[5] ? strtoll(w + 5, &end, 10) : -1;
+        if (n < 0 || (end && *end)) {
+            fprintf(stderr, "%s: --wrap: expected transformer, size:N or none, got '%s'\n", prog, w);
+            return -1;
+        }
+        cfg->wrap = FSDP_WRAP_SIZE;
+        cfg->min_num_params = n;
+    }
+    return 0;
+}

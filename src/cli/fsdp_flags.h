@@ -1,0 +1,28 @@
+// fsdp_flags.h: the FSDP, memory and checkpoint flags that fsdp-train and fsdp-minimal share.
+#pragma once
+#include "cli/cli_args.h"
+#include "cli/train_ckpt.h"
+#include "fsdp/fsdp.h"
+
+typedef struct {
+    int strategy;                 // --strategy (index into fsdp_strategy)
+    const char *wrap;             // --wrap transformer|size:N|none
+    int shard_group_size;         // --shard-group-size
+    int backward_prefetch;        // --backward-prefetch pre|post|none
+    int forward_prefetch;         // --forward-prefetch
+    int limit_all_gathers;        // --limit-all-gathers
+    int activation_checkpointing; // --activation-checkpointing
+    const char *offload_dir;      // --offload-dir
+    int cpu_offload;              // --cpu-offload
+    int summary;                  // --summary
+    int init_nonstrict;           // --init-nonstrict
+    cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume
+} cli_fsdp_options;
+
+#define CLI_FSDP_NFLAGS 16
+
+void cli_fsdp_defaults(cli_fsdp_options *o);
+// Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.
+int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o);
+// Fills cfg from the options; returns 0, or -1 after printing a one-line error naming the flag.
+int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg);
