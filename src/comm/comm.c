@@ -131,6 +131,14 @@ static fsdp_status check_sequence(fsdp_comm *c, int kind, size_t count) {
     return FSDP_OK;
 }
 
+// Marks the start of a blocking collective (for the watchdog) and runs the sequence check.
+static fsdp_status begin(fsdp_comm *c, const char *name, int kind, size_t count) {
+    enter(name);
+    fsdp_status s = check_sequence(c, kind, count);
+    if (s != FSDP_OK) leave();
+    return s;
+}
+
 static void account(fsdp_comm *c, double t0, size_t bytes) {
     leave();
     c->stats.seconds += fsdp_now_sec() - t0;
@@ -158,12 +166,8 @@ fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t c
         return FSDP_OK;
     }
     double t0 = fsdp_now_sec();
-    enter("all_gather");
-    fsdp_status s = check_sequence(c, 1, count);
-    if (s != FSDP_OK) {
-        leave();
-        return s;
-    }
+    FSDP_CHECK(begin(c, "all_gather", 1, count));
+    fsdp_status s;
     if (c->shm) {
         s = comm_shm_all_gather(c, send, recv, count, dt);
     } else {
@@ -182,12 +186,8 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
         return FSDP_OK;
     }
     double t0 = fsdp_now_sec();
-    enter("reduce_scatter");
-    fsdp_status s = check_sequence(c, 2, count);
-    if (s != FSDP_OK) {
-        leave();
-        return s;
-    }
+    FSDP_CHECK(begin(c, "reduce_scatter", 2, count));
+    fsdp_status s;
     if (c->shm) {
         s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
     } else if (dt == FSDP_F32) {
@@ -204,12 +204,8 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
 fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
     if (c->size == 1) return FSDP_OK;
     double t0 = fsdp_now_sec();
-    enter("all_reduce");
-    fsdp_status s = check_sequence(c, 3, count);
-    if (s != FSDP_OK) {
-        leave();
-        return s;
-    }
+    FSDP_CHECK(begin(c, "all_reduce", 3, count));
+    fsdp_status s;
     if (c->shm) {
         s = comm_shm_all_reduce(c, buf, count, dt, op);
     } else if (dt == FSDP_F32) {
@@ -225,13 +221,8 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
 fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root) {
     if (c->size == 1) return FSDP_OK;
     double t0 = fsdp_now_sec();
-    enter("broadcast");
-    fsdp_status s = check_sequence(c, 4, count);
-    if (s != FSDP_OK) {
-        leave();
-        return s;
-    }
-    s = mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
+    FSDP_CHECK(begin(c, "broadcast", 4, count));
+    fsdp_status s = mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
     account(c, t0, c->rank == root ? count * fsdp_dtype_size(dt) : 0);
     return s;
 }
