@@ -311,6 +311,12 @@ static int run(train_options *o, fsdp_comm *world) {
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
                (double)fsdp_mem_os_peak_rss() / 1048576.0);
     if (R == 0) fsdp_trace_report(stdout, N);
+    if (o->fsdp.summary && R == 0)  // measured, to hold against fsdp-plan's prediction (bytes)
+        printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
+               "communication %zu total_peak %zu bytes_sent_per_step %.0f\n",
+               fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
+               fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS), fsdp_mem_peak(FSDP_MEM_COMM),
+               fsdp_mem_peak_total(), fsdp_comm_bytes_sent(fs) / (o->steps - start_step > 0 ? o->steps - start_step : 1));
     if (o->trace_path) {
         if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) return fail(fsdp_last_error());
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);

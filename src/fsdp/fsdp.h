@@ -132,6 +132,8 @@ fsdp_comm *fsdp_shard_comm(const fsdp_state *s);
 // Seconds this rank has spent blocked in collectives (all of the engine's groups) since wrap: the
 // communication that compute did not hide.
 double fsdp_exposed_comm_seconds(const fsdp_state *s);
+// Bytes this rank has sent in collectives (all of the engine's groups) since wrap.
+double fsdp_comm_bytes_sent(const fsdp_state *s);
 fsdp_comm *fsdp_world_comm(const fsdp_state *s);
 
 // use_orig_params: iterate named parameters with this rank's piece of each.

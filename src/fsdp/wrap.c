@@ -238,6 +238,13 @@ int fsdp_unit_count(const fsdp_state *s) { return s->n_units; }
 fsdp_comm *fsdp_shard_comm(const fsdp_state *s) { return s->shard_comm; }
 fsdp_comm *fsdp_world_comm(const fsdp_state *s) { return s->world; }
 
+double fsdp_comm_bytes_sent(const fsdp_state *s) {
+    double b = (double)fsdp_comm_get_stats(s->world).bytes_sent;
+    if (s->shard_comm != s->world) b += (double)fsdp_comm_get_stats(s->shard_comm).bytes_sent;
+    if (s->replica_comm) b += (double)fsdp_comm_get_stats(s->replica_comm).bytes_sent;
+    return b;
+}
+
 double fsdp_exposed_comm_seconds(const fsdp_state *s) {
     double t = fsdp_comm_get_stats(s->world).seconds;
     if (s->shard_comm != s->world) t += fsdp_comm_get_stats(s->shard_comm).seconds;

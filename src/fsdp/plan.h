@@ -1,0 +1,37 @@
+// plan.h: predicts, before anything runs, a rank's peak memory by category and the bytes it sends per
+// optimizer step, for the models and strategies of this project, from the same layout rules the
+// engine uses (units, padding, shards, gathered buffers, shared gradient staging, prefetch limits,
+// activation buffers with and without checkpointing). build/bin/fsdp-plan prints it.
+#pragma once
+#include <stdint.h>
+
+typedef struct {
+    int gpt2;             // 1: GPT-2 (fsdp-train), 0: the seed's encoder stack (fsdp-minimal)
+    int layers, d_model, heads, ffn;  // ffn: encoder dim_feedforward (GPT-2 uses 4 x d_model)
+    int vocab, seq, max_seq;          // GPT-2 (max_seq 0: seq)
+    int batch;            // rows per micro-step on one rank (fsdp-train --batch; fsdp-minimal: global / world / accum)
+    int grad_accum;
+    int world;
+    int strategy;         // fsdp_strategy
+    int shard_group;      // HYBRID_SHARD group size (0: the world, one node)
+    int wrap;             // 0 transformer, 1 size:min_num_params, 2 none
+    int64_t min_num_params;
+    int backward_prefetch;  // 0 pre, 1 post, 2 none
+    int forward_prefetch;
+    int limit_all_gathers;
+    int activation_checkpointing;
+    int shared_memory;    // ranks share a node (the shared-memory collectives and gradient staging)
+} fsdp_plan_input;
+
+typedef struct {
+    double params, grads, optimizer;  // persistent per rank (bytes)
+    double unsharded;                 // peak of gathered parameters and unsharded gradients
+    double activations;               // peak of activation buffers
+    double communication;             // reduce-scatter staging
+    double total;                     // sum of the above
+    double bytes_sent;                // per optimizer step, per rank, all collectives of the engine
+    int units;
+    int64_t numel;                    // model parameters
+} fsdp_plan;
+
+fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in);

@@ -1,0 +1,51 @@
+"""fsdp-plan's prediction against measured runs of fsdp-train: per-rank peak memory by category, the
+total, and the bytes sent per step, within 10%, across world sizes, strategies, wrap policies,
+prefetch settings, gradient accumulation and activation checkpointing."""
+import os
+import re
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
+from fsdp_testlib import Checker, parse_args  # noqa: E402
+
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
+MODEL = ["--layers", "3", "--d-model", "64", "--heads", "4", "--seq", "32", "--vocab", "256"]
+KEYS = ["parameters", "gradients", "optimizer", "unsharded_peak", "activations_peak", "communication", "total",
+        "bytes_sent_per_step"]
+CASES = [  # world, extra flags
+    (1, []), (2, []), (4, []), (2, ["--strategy", "shard_grad_op"]), (2, ["--strategy", "no_shard"]),
+    (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2"]), (2, ["--strategy", "ddp"]),
+    (2, ["--activation-checkpointing"]), (2, ["--grad-accum", "2"]), (2, ["--backward-prefetch", "none"]),
+    (3, ["--wrap", "none"]), (2, ["--backward-prefetch", "post", "--forward-prefetch"]),
+]
+
+
+def numbers(text, prefix):
+    line = next(x for x in text.splitlines() if x.startswith(prefix))
+    return {k: float(v) for k, v in re.findall(r"([a-z_]+) ([0-9.]+)", line)}
+
+
+def main():
+    args = parse_args()
+    chk = Checker("fsdp-plan")
+    for world, extra in CASES:
+        label = f"{world} rank(s) {' '.join(extra) or 'full_shard'}"
+        r = subprocess.run(["mpirun", "-np", str(world), os.path.join(args.bin, "fsdp-train")] + MODEL +
+                           ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra,
+                           capture_output=True, text=True, env={**os.environ, **MPI_ENV})
+        if r.returncode:
+            print(r.stderr)
+        measured = numbers(r.stdout, "memory rank 0:")
+        measured["total"] = measured.pop("total_peak")
+        p = subprocess.run([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
+                           extra, capture_output=True, text=True)
+        predicted = numbers(p.stdout, "prediction:")
+        for k in KEYS:
+            chk.close(f"{label}: {k}", [predicted[k]], [measured[k]], 0.10, 64)
+    chk.report()
+
+
+if __name__ == "__main__":
+    main()
