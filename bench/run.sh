@@ -239,3 +239,4 @@ for CT in "${SETTINGS[@]}"; do
 done
 bash "$(dirname "$0")/fsdp_strategies.sh"
 bash "$(dirname "$0")/ckpt_bench.sh"
+bash "$(dirname "$0")/memory_bench.sh"
