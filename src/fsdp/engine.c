@@ -43,6 +43,28 @@ fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst)
     return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
 }
 
+// A gathered-parameter buffer for u from the preallocated pool (or the allocator if the pool is
+// exhausted, which the pool's sizing rules out).
+static float *take_buffer(fsdp_state *s, const fsdp_unit *u) {
+    if (u->block < 0 && s->root_pool) return s->root_pool;
+    for (int i = 0; u->block >= 0 && i < s->pool_n; i++)
+        if (!s->pool_busy[i] && u->padded <= s->pool_floats) {
+            s->pool_busy[i] = 1;
+            return s->pool[i];
+        }
+    return fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+}
+
+static void give_buffer(fsdp_state *s, float *buf) {
+    if (buf == s->root_pool) return;
+    for (int i = 0; i < s->pool_n; i++)
+        if (s->pool[i] == buf) {
+            s->pool_busy[i] = 0;
+            return;
+        }
+    fsdp_free(buf);
+}
+
 static int unsharded_block_units(const fsdp_state *s) {
     int n = 0;
     for (int i = 0; i < s->n_units; i++) n += s->units[i].block >= 0 && s->units[i].full != NULL;
@@ -59,7 +81,7 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     }
     if (respect_limit && s->cfg.limit_all_gathers > 0 && unsharded_block_units(s) >= s->cfg.limit_all_gathers)
         return FSDP_OK;
-    u->full = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+    u->full = take_buffer(s, u);
     if (!u->full) return FSDP_ERR_NOMEM;
     if (u->index == s->desync_unit && fsdp_comm_rank(s->world) == s->desync_rank) {  // test hook
         double stray = 0.0;
@@ -102,7 +124,7 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
         u->gather = NULL;
     }
     if (!u->full) return;
-    if (u->full != u->shard) fsdp_free(u->full);
+    if (u->full != u->shard) give_buffer(s, u->full);
     u->full = NULL;
     bind_params(u, NULL, 0);
     (void)s;

@@ -51,6 +51,13 @@ struct fsdp_state {
     int order_known;          // 1 once a whole forward has been recorded
     double comm_wait_seconds; // time spent waiting for collectives the engine issued
     float *opt_map[2];        // --offload-dir: the mapped AdamW moments (m, v), or NULL
+    // preallocated unshard buffers, so the peak is the same every step: `pool_n` buffers of the
+    // largest block unit (as many as can be unsharded at once) and one for the root unit
+    float *pool[64];          // (pool_n,) each (max block padded,)
+    int pool_busy[64];
+    int pool_n;
+    int64_t pool_floats;
+    float *root_pool;         // (root padded,) or NULL
     int debug;                // FSDP_DEBUG: 0 off, 1 INFO, 2 DETAIL
     int desync_rank, desync_unit;  // FSDP_TEST_DESYNC=R:U test hook: rank R issues a stray collective at unit U
     long step;                // optimizer steps taken (for messages)

@@ -42,7 +42,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
         p.unsharded = unit_bytes + root_bytes;
     } else {
-        int prefetch = in->backward_prefetch != 2 && in->limit_all_gathers != 1;
+        int prefetch = (in->backward_prefetch != 2 || in->forward_prefetch) && in->limit_all_gathers != 1;
         double params_gathered = in->strategy == FSDP_SHARD_GRAD_OP ? n_block_units * unit_bytes
                                                                     : (prefetch ? 2 : 1) * unit_bytes;
         p.unsharded = 2 * root_bytes + grads_unsharded + params_gathered;

@@ -173,6 +173,22 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
     int64_t max_block = 0;
     for (int i = 0; i < s->n_units; i++)
         if (s->units[i].block >= 0 && s->units[i].padded > max_block) max_block = s->units[i].padded;
+    if (!s->replicated) {  // unshard buffers, preallocated: the peak is the same every step
+        int prefetch = cfg.backward_prefetch != FSDP_PREFETCH_NONE || cfg.forward_prefetch;
+        int n_block_units = s->n_units - (s->root ? 1 : 0);
+        int want = cfg.strategy == FSDP_SHARD_GRAD_OP ? n_block_units : (prefetch && cfg.limit_all_gathers != 1 ? 2 : 1);
+        if (want > 64) want = 64;
+        s->pool_floats = max_block;
+        for (int i = 0; max_block > 0 && i < want; i++) {
+            s->pool[i] = fsdp_alloc(sizeof(float) * (size_t)max_block, FSDP_MEM_UNSHARDED);
+            if (!s->pool[i]) return FSDP_ERR_NOMEM;
+            s->pool_n++;
+        }
+        if (s->root) {
+            s->root_pool = fsdp_alloc(sizeof(float) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
+            if (!s->root_pool) return FSDP_ERR_NOMEM;
+        }
+    }
     if (!s->replicated && max_block > 0) {  // two alternating shared buffers for block units' gradients
         size_t bytes = sizeof(float) * (size_t)max_block;
         s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);
@@ -212,6 +228,8 @@ void fsdp_free_state(fsdp_state *s) {
         free(u->offsets);
     }
     if (s->model.blocks) s->model.blocks->hooks = NULL;
+    for (int i = 0; i < s->pool_n; i++) fsdp_free(s->pool[i]);
+    fsdp_free(s->root_pool);
     if (s->have_opt && s->opt_map[0]) {  // mapped moments: not from fsdp_alloc
         size_t bytes = sizeof(float) * (size_t)s->opt.n;
         fsdp_mem_track(FSDP_MEM_OPTIM, 2 * bytes, -1);

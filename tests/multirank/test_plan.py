@@ -19,6 +19,7 @@ CASES = [  # world, extra flags
     (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2"]), (2, ["--strategy", "ddp"]),
     (2, ["--activation-checkpointing"]), (2, ["--grad-accum", "2"]), (2, ["--backward-prefetch", "none"]),
     (3, ["--wrap", "none"]), (2, ["--backward-prefetch", "post", "--forward-prefetch"]),
+    (2, ["--backward-prefetch", "none", "--forward-prefetch"]), (2, ["--limit-all-gathers", "1"]),
 ]
 
 
