@@ -38,7 +38,11 @@ for model in gpt seed; do
     row "ours, 2 ranks, $s" "$LOGS/strat-$model-$s.log"
   done
   if [ $model = gpt ] && "$PY" -c 'import torch' 2>/dev/null; then
-    OPENBLAS_CORETYPE=$CT "$PY" bench/torch_gpt.py --ddp --steps 2 >"$LOGS/strat-torch-ddp.log" 2>&1
+    if [ -n "$CT" ]; then  # (an empty OPENBLAS_CORETYPE is not "unset": OpenBLAS then picks Cooperlake)
+      OPENBLAS_CORETYPE=$CT "$PY" bench/torch_gpt.py --ddp --steps 2 >"$LOGS/strat-torch-ddp.log" 2>&1
+    else
+      env -u OPENBLAS_CORETYPE "$PY" bench/torch_gpt.py --ddp --steps 2 >"$LOGS/strat-torch-ddp.log" 2>&1
+    fi
     ms=$(awk '/^ms_per_step/ {print $2}' "$LOGS/strat-torch-ddp.log")
     tps=$(awk '/^tokens_per_s/ {print $2}' "$LOGS/strat-torch-ddp.log")
     printf '%-44s %10s %10s %9s %12s\n' "PyTorch DDP (gloo), 2 ranks x 1 thread" "${ms:-n/a}" "${tps:-n/a}" "-" "-"
