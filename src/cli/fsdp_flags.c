@@ -63,3 +63,20 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
     }
     return 0;
 }
+
+int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc desc, fsdp_config cfg,
+                   fsdp_comm *world, uint64_t seed, const char *init_path, const char *alt_prefix,
+                   fsdp_state **out) {
+    nn_sequential_set_checkpointing(desc.blocks, o->activation_checkpointing);
+    char report[1200] = "";
+    fsdp_status st = fsdp_wrap(out, desc, cfg, world);
+    if (st == FSDP_OK) st = fsdp_init_params(*out, seed);
+    if (st == FSDP_OK && init_path)
+        st = fsdp_load_params(*out, init_path, alt_prefix, !o->init_nonstrict, report, sizeof report);
+    if (st != FSDP_OK) {
+        fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
+        return 1;
+    }
+    if (report[0] && fsdp_comm_rank(world) == 0) fprintf(stderr, "%s: note: %s\n", prog, report);
+    return 0;
+}

@@ -26,3 +26,10 @@ void cli_fsdp_defaults(cli_fsdp_options *o);
 int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o);
 // Fills cfg from the options; returns 0, or -1 after printing a one-line error naming the flag.
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg);
+
+// Sets activation checkpointing on the model's blocks, wraps it, fills the shards (deterministic init,
+// then --init when given: strict unless --init-nonstrict, whose report rank 0 prints). Returns 0, or
+// 1 after printing a one-line error.
+int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc desc, fsdp_config cfg,
+                   fsdp_comm *world, uint64_t seed, const char *init_path, const char *alt_prefix,
+                   fsdp_state **out);

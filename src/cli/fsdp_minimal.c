@@ -119,16 +119,9 @@ static int run(minimal_options *o, fsdp_comm *world) {
     layer.causal = o->causal;
     nn_encoder_stack model;
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) return fail(fsdp_last_error());
-    nn_sequential_set_checkpointing(&model.seq, o->fsdp.activation_checkpointing);
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
-    if (fsdp_wrap(&fs, desc, cfg, world) != FSDP_OK) return fail(fsdp_last_error());
-    char report[1200] = "";
-    fsdp_status st = fsdp_init_params(fs, (uint64_t)o->seed);
-    if (st == FSDP_OK && o->init_path)
-        st = fsdp_load_params(fs, o->init_path, NULL, !o->fsdp.init_nonstrict, report, sizeof report);
-    if (st != FSDP_OK) return fail(fsdp_last_error());
-    if (report[0] && R == 0) fprintf(stderr, "fsdp-minimal: note: %s\n", report);
+    if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) return 1;
     if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
     size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;

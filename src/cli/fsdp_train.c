@@ -183,16 +183,9 @@ static int run(train_options *o, fsdp_comm *world) {
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     nn_gpt2 model;
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) return fail(fsdp_last_error());
-    nn_sequential_set_checkpointing(&model.blocks, o->fsdp.activation_checkpointing);
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     fsdp_state *fs = NULL;
-    if (fsdp_wrap(&fs, desc, fcfg, world) != FSDP_OK) return fail(fsdp_last_error());
-    char report[1200] = "";
-    fsdp_status st = fsdp_init_params(fs, (uint64_t)o->seed);
-    if (st == FSDP_OK && o->init_path)
-        st = fsdp_load_params(fs, o->init_path, "transformer.", !o->fsdp.init_nonstrict, report, sizeof report);
-    if (st != FSDP_OK) return fail(fsdp_last_error());
-    if (report[0] && R == 0) fprintf(stderr, "fsdp-train: note: %s\n", report);
+    if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) return 1;
     int B = o->batch, T = o->seq, M = o->grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
     // spans: kept for --trace, totals only otherwise (the end-of-run report)
@@ -225,7 +218,7 @@ static int run(train_options *o, fsdp_comm *world) {
         st_file *f = NULL;
         int64_t shape[2] = {(int64_t)N * B, T};
         if (st_open(o->input_path, &f) != FSDP_OK) return fail(fsdp_last_error());
-        st = st_read_i32(f, "idx", idx, 2, shape);
+        fsdp_status st = st_read_i32(f, "idx", idx, 2, shape);
         if (st == FSDP_OK) st = st_read_i32(f, "targets", targets, 2, shape);
         st_close(f);
         if (st != FSDP_OK) return fail(fsdp_last_error());

@@ -14,24 +14,6 @@
 
 #define CKPT_FORMAT "fsdp.c sharded checkpoint v1"
 
-typedef struct {
-    int64_t elem_begin, count, shard_pos;  // a rank's piece of a parameter: elements and where in its shard
-} piece;
-
-// The piece of parameter i of unit u held by the rank whose shard starts at flat element shard_begin.
-static piece piece_at(const fsdp_unit *u, int i, int64_t shard_begin) {
-    piece pc = {0, 0, 0};
-    int64_t p0 = u->offsets[i], p1 = p0 + u->params[i]->numel;
-    int64_t s0 = shard_begin, s1 = s0 + u->shard_numel;
-    int64_t a = p0 > s0 ? p0 : s0, b = p1 < s1 ? p1 : s1;
-    if (a < b) {
-        pc.elem_begin = a - p0;
-        pc.count = b - a;
-        pc.shard_pos = a - s0;
-    }
-    return pc;
-}
-
 // Whether this rank writes its pieces: replicas of a shard (NO_SHARD/DDP, HYBRID groups > 0) do not.
 static int writes_pieces(const fsdp_state *s) {
     if (s->replicated) return fsdp_comm_rank(s->world) == 0;
@@ -60,7 +42,7 @@ static fsdp_status write_shard(fsdp_state *s, const char *path) {
     for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
-            piece pc = piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             if (!pc.count) continue;
             const char *name = u->params[i]->name;
             int64_t shape[1] = {pc.count};
@@ -119,7 +101,7 @@ static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_traine
             st = st_writer_add(w, key, ST_I64, 1, dims, shape);
             int n_rows = 0;
             for (int q = 0; q < G && st == FSDP_OK; q++) {  // shard-group rank q = world rank q of group 0
-                piece pc = piece_at(u, i, s->replicated ? 0 : (int64_t)q * u->shard_numel);
+                fsdp_piece pc = fsdp_piece_at(u, i, s->replicated ? 0 : (int64_t)q * u->shard_numel);
                 if (!pc.count) continue;
                 rows[3 * n_rows] = q;
                 rows[3 * n_rows + 1] = pc.elem_begin;
@@ -199,17 +181,6 @@ fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trai
     return agree(s, st, "writing the completion marker");
 }
 
-// dst (padded,) = the unit's gathered AdamW moment (which 0: exp_avg, 1: exp_avg_sq)
-static fsdp_status gather_moment(fsdp_state *s, const fsdp_unit *u, int which, float *dst) {
-    const float *src = (which ? s->opt.v : s->opt.m) + u->opt_offset;
-    if (s->replicated) {
-        memcpy(dst, src, sizeof(float) * (size_t)u->padded);
-        return FSDP_OK;
-    }
-    memcpy(dst + u->shard_begin, src, sizeof(float) * (size_t)u->shard_numel);
-    return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
-}
-
 static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trainer_state *ts) {
     int R = fsdp_comm_rank(s->world);
     int64_t max_unit = 1;
@@ -243,7 +214,7 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
     for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++)
         for (int k = 0; k < 2 && cs == FSDP_OK; k++) {
             const fsdp_unit *u = &s->units[ui];
-            cs = gather_moment(s, u, k, flat);
+            cs = fsdp_gather_flat(s, u, (k ? s->opt.v : s->opt.m) + u->opt_offset, flat);
             for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
                 st = st_writer_stream_data(w, flat + u->offsets[i], sizeof(float) * (size_t)u->params[i]->numel);
         }
@@ -374,7 +345,7 @@ static fsdp_status load_into(fsdp_state *s, const char *dir, const st_file *inde
             int64_t tshape[2] = {n_rows, 3};
             st = rows && rows32 ? st_read_i32(index, key, rows32, 2, tshape) : FSDP_ERR_NOMEM;
             for (int r = 0; st == FSDP_OK && r < 3 * n_rows; r++) rows[r] = rows32[r];
-            piece pc = piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             if (st == FSDP_OK && pc.count) {
                 st = read_range(dir, index, &cache, "", p, rows, n_rows, pc.elem_begin, pc.count,
                                 shards + base + pc.shard_pos);
@@ -405,7 +376,7 @@ static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
             const nn_param *p = u->params[i];
-            piece pc = piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             if (!pc.count) continue;
             char name[NN_NAME_MAX + 16];
             st = st_read_f32_range(model, p->name, shards + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin,

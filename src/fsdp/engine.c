@@ -33,8 +33,7 @@ static fsdp_status with_context(const fsdp_state *s, const fsdp_unit *u, const c
     return fsdp_error(st, "rank %d, step %ld, unit %s, %s: %s", fsdp_comm_rank(s->world), s->step, u->name, op, msg);
 }
 
-fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst) {
-    const float *src = grads ? u->shard_grad : u->shard;
+fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst) {
     if (s->replicated) {
         if (dst != src) memcpy(dst, src, sizeof(float) * (size_t)u->padded);
         return FSDP_OK;

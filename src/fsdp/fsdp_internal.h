@@ -66,6 +66,25 @@ struct fsdp_state {
     int next_staging;
 };
 
+// The piece of parameter i of unit u held by the rank whose shard starts at flat element
+// shard_begin: elements [elem_begin, elem_begin + count) of the parameter, at shard_pos in that shard.
+typedef struct {
+    int64_t elem_begin, count, shard_pos;
+} fsdp_piece;
+
+static inline fsdp_piece fsdp_piece_at(const fsdp_unit *u, int i, int64_t shard_begin) {
+    fsdp_piece pc = {0, 0, 0};
+    int64_t p0 = u->offsets[i], p1 = p0 + u->params[i]->numel;
+    int64_t s0 = shard_begin, s1 = s0 + u->shard_numel;
+    int64_t a = p0 > s0 ? p0 : s0, b = p1 < s1 ? p1 : s1;
+    if (a < b) {
+        pc.elem_begin = a - p0;
+        pc.count = b - a;
+        pc.shard_pos = a - s0;
+    }
+    return pc;
+}
+
 // offload.c: zero-filled shared mappings of scratch files under dir (unlinked at once)
 float *fsdp_offload_map(const char *dir, int rank, const char *what, int index, size_t bytes);
 void fsdp_offload_unmap(float *p, size_t bytes);
@@ -76,5 +95,6 @@ fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u);
 void fsdp_reshard(fsdp_state *s, fsdp_unit *u);
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u);
 fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
-// Gathers the unit's full flat parameter (grads = 0) or gradient (grads = 1) into dst (padded,).
-fsdp_status fsdp_gather_flat(fsdp_state *s, fsdp_unit *u, int grads, float *dst);
+// Gathers a per-shard array of the unit (its shard, shard_grad, or an optimizer moment slice; src:
+// (shard_numel,)) into the full flat layout dst (padded,).
+fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst);

@@ -7,31 +7,12 @@
 #include "core/alloc.h"
 #include "fsdp/fsdp_internal.h"
 
-typedef struct {
-    int64_t elem_begin;  // first element of the parameter inside this rank's shard
-    int64_t count;       // number of its elements there
-    int64_t shard_pos;   // where they start in the shard
-} shard_piece;
-
-// The part of parameter i of unit u that this rank's shard holds (count 0 when none).
-static shard_piece piece_of(const fsdp_unit *u, int i) {
-    shard_piece pc = {0, 0, 0};
-    int64_t p0 = u->offsets[i], p1 = p0 + u->params[i]->numel;
-    int64_t s0 = u->shard_begin, s1 = s0 + u->shard_numel;
-    int64_t a = p0 > s0 ? p0 : s0, b = p1 < s1 ? p1 : s1;
-    if (a >= b) return pc;
-    pc.elem_begin = a - p0;
-    pc.count = b - a;
-    pc.shard_pos = a - s0;
-    return pc;
-}
-
 fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed) {
     for (int ui = 0; ui < s->n_units; ui++) {
         fsdp_unit *u = &s->units[ui];
         memset(u->shard, 0, sizeof(float) * (size_t)u->shard_numel);
         for (int i = 0; i < u->n_params; i++) {
-            shard_piece pc = piece_of(u, i);
+            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             if (pc.count) nn_param_init_slice(u->params[i], seed, pc.elem_begin, pc.count, u->shard + pc.shard_pos);
         }
     }
@@ -86,7 +67,7 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
                 list_add(missing, sizeof missing, &n_missing, p->name);
                 continue;
             }
-            shard_piece pc = piece_of(u, i);
+            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             st = st_read_f32_range(f, name, u->shard + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
         }
     }
@@ -135,7 +116,7 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
     fsdp_status cs = FSDP_OK;  // collective status: every rank takes part in every gather
     for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++) {
         fsdp_unit *u = &s->units[ui];
-        cs = fsdp_gather_flat(s, u, grads, flat);
+        cs = fsdp_gather_flat(s, u, grads ? u->shard_grad : u->shard, flat);
         for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
             st = st_writer_stream_data(w, flat + u->offsets[i], sizeof(float) * (size_t)u->params[i]->numel);
     }
@@ -168,7 +149,7 @@ fsdp_named_param fsdp_named_param_at(const fsdp_state *s, int index) {
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params; i++)
             if (u->params[i] == p) {
-                shard_piece pc = piece_of(u, i);
+                fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
                 np.shard_offset = pc.elem_begin;
                 np.shard_numel = pc.count;
                 np.shard_data = u->shard + pc.shard_pos;

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int test_failures;
 
@@ -34,6 +35,15 @@ static int test_failures;
             test_failures++;                                                                    \
         }                                                                                       \
     } while (0)
+
+// Writes n raw bytes to path (a failed write is a failed check).
+static inline void test_write_bytes(const char *path, const void *data, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    CHECK(fp != NULL);
+    if (!fp) return;
+    CHECK(fwrite(data, 1, n, fp) == n);
+    fclose(fp);
+}
 
 #define TEST_MAIN_END()                                              \
     do {                                                             \

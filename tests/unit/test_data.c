@@ -17,14 +17,6 @@ static const char *tmp_path(char *buf, const char *name) {
     return buf;
 }
 
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    CHECK(fp != NULL);
-    if (!fp) return;
-    CHECK(fwrite(data, 1, n, fp) == n);
-    fclose(fp);
-}
-
 // Writes an llm.c token file: header (magic, version, count_in_header), then `ntok` tokens (little-endian).
 // tok: (ntok,)
 static void write_bin(const char *path, int32_t magic, int32_t version, int32_t count_in_header,
@@ -38,7 +30,7 @@ static void write_bin(const char *path, int32_t magic, int32_t version, int32_t 
         buf[1024 + 2 * i] = (unsigned char)(tok[i] & 0xff);
         buf[1024 + 2 * i + 1] = (unsigned char)(tok[i] >> 8);
     }
-    write_bytes(path, buf, bytes);
+    test_write_bytes(path, buf, bytes);
     free(buf);
 }
 
@@ -152,7 +144,7 @@ static void test_text(void) {
     char path[512];
     const char *text = "hello, world!\nThe quick brown fox jumps over the lazy dog.\n\xff\x80";
     size_t n = strlen(text);
-    write_bytes(tmp_path(path, "text.txt"), text, n);
+    test_write_bytes(tmp_path(path, "text.txt"), text, n);
     fsdp_data *d = NULL;
     CHECK_EQ_INT(fsdp_data_open(path, 8, &d), FSDP_OK);
     if (!d) return;
@@ -219,7 +211,7 @@ static void test_bad_inputs(void) {
     write_bin(tmp_path(path, "long.bin"), 20240520, 1, 63, tok, 64);  // one token too many
     check_bad(path, 8, "size mismatch");
     unlink(path);
-    write_bytes(tmp_path(path, "header.bin"), tok, 100);  // shorter than the header
+    test_write_bytes(tmp_path(path, "header.bin"), tok, 100);  // shorter than the header
     check_bad(path, 8, "truncated");
     unlink(path);
 
@@ -230,10 +222,10 @@ static void test_bad_inputs(void) {
     fsdp_data_close(d);
     check_bad(path, 0, "T must be > 0");
     unlink(path);
-    write_bytes(tmp_path(path, "few.txt"), "abcde", 5);
+    test_write_bytes(tmp_path(path, "few.txt"), "abcde", 5);
     check_bad(path, 5, "too few");
     unlink(path);
-    write_bytes(tmp_path(path, "empty.txt"), "", 0);
+    test_write_bytes(tmp_path(path, "empty.txt"), "", 0);
     check_bad(path, 1, "too few");
     unlink(path);
 

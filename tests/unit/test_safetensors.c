@@ -18,15 +18,6 @@ static const char *tmp_path(char *buf, const char *name) {
     return buf;
 }
 
-// Writes n raw bytes to path.
-static void write_bytes(const char *path, const void *data, size_t n) {
-    FILE *fp = fopen(path, "wb");
-    CHECK(fp != NULL);
-    if (!fp) return;
-    CHECK(fwrite(data, 1, n, fp) == n);
-    fclose(fp);
-}
-
 // Writes a safetensors file by hand: u64 header length `hlen` (as given), the header text, then
 // `ndata` bytes of data.
 static void write_st(const char *path, uint64_t hlen, const char *header, size_t ndata) {
@@ -35,7 +26,7 @@ static void write_st(const char *path, uint64_t hlen, const char *header, size_t
     for (int i = 0; i < 8; i++) buf[i] = (unsigned char)(hlen >> (8 * i));
     memcpy(buf + 8, header, n);
     for (size_t i = 0; i < ndata; i++) buf[8 + n + i] = (unsigned char)i;
-    write_bytes(path, buf, 8 + n + ndata);
+    test_write_bytes(path, buf, 8 + n + ndata);
 }
 
 // A file with a correct header length.
@@ -217,9 +208,9 @@ static void test_malformed(void) {
     expect_open_fail(tmp_path(missing, "does_not_exist.safetensors"), FSDP_ERR_IO,
                      "cannot open: No such file or directory");
 
-    write_bytes(path, "\x10\0\0\0", 4);
+    test_write_bytes(path, "\x10\0\0\0", 4);
     expect_open_fail(path, FSDP_ERR_FORMAT, "truncated");
-    write_bytes(path, "", 0);
+    test_write_bytes(path, "", 0);
     expect_open_fail(path, FSDP_ERR_FORMAT, "truncated");
 
     write_st(path, 1234, "{}", 0);  // header length past the end of the file
@@ -327,7 +318,7 @@ static void test_failed_commit(void) {
     tmp_path(target, "target_dir.safetensors");
     snprintf(inner, sizeof inner, "%s/keep", target);
     CHECK_EQ_INT(mkdir(target, 0700), 0);
-    write_bytes(inner, "keep", 4);
+    test_write_bytes(inner, "keep", 4);
     w = st_writer_new(target);
     CHECK_EQ_INT(st_writer_add(w, "new", ST_F32, 1, s, x), FSDP_OK);
     CHECK_EQ_INT(st_writer_commit(w), FSDP_ERR_IO);
