@@ -14,9 +14,13 @@ int main(void) {
         {1, 0, 512, 2048, 2048, "weight grad (X^T dY)"},
         {0, 1, 256, 256, 64, "attention QK^T"},
     };
-    const char *paths[] = {"avx512", "openblas"};
-    for (size_t p = 0; p < 2; p++) {
-        cpu_gemm_select(paths[p]);
+    // fp32: our kernel, OpenBLAS; bf16 operands with fp32 accumulation: AMX (where present), emulated
+    const char *paths[] = {"avx512", "openblas", "bf16", "bf16-emulate"};
+    for (size_t p = 0; p < 4; p++) {
+        int bf16 = p >= 2;
+        if (bf16) cpu_gemm_bf16_select(p == 3 ? "emulate" : NULL);
+        else cpu_gemm_select(paths[p]);
+        cpu_gemm_select(p == 1 ? "openblas" : "avx512");
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
             int M = shapes[s].M, N = shapes[s].N, K = shapes[s].K;
             float *A = malloc(sizeof(float) * (size_t)M * K), *B = malloc(sizeof(float) * (size_t)K * N);
@@ -29,11 +33,13 @@ int main(void) {
             for (int r = 0; r < 3; r++) {
                 double t0 = fsdp_now_sec();
                 for (int i = 0; i < reps; i++)
-                    cpu_gemm(shapes[s].ta, shapes[s].tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
+                    (bf16 ? cpu_gemm_bf16 : cpu_gemm)(shapes[s].ta, shapes[s].tb, M, N, K, 1.0f, A, lda, B, ldb, 0.0f, C, N);
                 double dt = (fsdp_now_sec() - t0) / reps;
                 best = dt < best ? dt : best;
             }
-            printf("%-9s %-22s M %4d N %4d K %4d  %7.1f GFLOP/s\n", cpu_gemm_name(), shapes[s].what, M, N, K,
+            char name[32];
+            snprintf(name, sizeof name, "%s%s", bf16 ? "bf16/" : "", bf16 ? cpu_gemm_bf16_name() : cpu_gemm_name());
+            printf("%-13s %-22s M %4d N %4d K %4d  %7.1f GFLOP/s\n", name, shapes[s].what, M, N, K,
                    2.0 * M * N * K / best / 1e9);
             free(A);
             free(B);

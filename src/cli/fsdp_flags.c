@@ -23,6 +23,8 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--activation-checkpointing", ARG_BOOL, &o->activation_checkpointing, "keep only each block's output; recompute the block's forward in backward", 1, 0, NULL},
         {"--offload-dir", ARG_STRING, &o->offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
         {"--cpu-offload", ARG_BOOL, &o->cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
+        {"--mixed-precision", ARG_CHOICE, &o->mixed_precision, "MixedPrecision param_dtype: bf16 all-gathers parameters in bf16 and runs every matrix product with bf16 operands (fp32 accumulation; AMX where the CPU has it); LayerNorm, softmax, loss and the fp32 master shards, gradients and optimizer stay fp32", 1, 0, "fp32|bf16"},
+        {"--reduce-dtype", ARG_CHOICE, &o->reduce_dtype, "MixedPrecision reduce_dtype: gradient reduce-scatter/all-reduce dtype on the wire (summed in fp32); param follows --mixed-precision", 1, 0, "param|fp32|bf16"},
         {"--summary", ARG_BOOL, &o->summary, "print the sharding layout (units, numel, padding, shard sizes)", 1, 0, NULL},
         {"--init-nonstrict", ARG_BOOL, &o->init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
         {"--ckpt-dir", ARG_STRING, &o->ckpt.dir, "checkpoint directory (step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
@@ -46,6 +48,8 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
     cfg->limit_all_gathers = o->limit_all_gathers;
     cfg->offload_dir = o->offload_dir;
     cfg->cpu_offload = o->cpu_offload;
+    cfg->param_dtype = o->mixed_precision == 1 ? FSDP_BF16 : FSDP_F32;
+    cfg->reduce_dtype = o->reduce_dtype == 0 ? cfg->param_dtype : o->reduce_dtype == 2 ? FSDP_BF16 : FSDP_F32;
     const char *w = o->wrap;
     if (strcmp(w, "transformer") == 0) {
         cfg->wrap = FSDP_WRAP_TRANSFORMER;

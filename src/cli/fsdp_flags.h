@@ -14,12 +14,14 @@ typedef struct {
     int activation_checkpointing; // --activation-checkpointing
     const char *offload_dir;      // --offload-dir
     int cpu_offload;              // --cpu-offload
+    int mixed_precision;          // --mixed-precision fp32|bf16 (index)
+    int reduce_dtype;             // --reduce-dtype param|fp32|bf16 (index; param: follow --mixed-precision)
     int summary;                  // --summary
     int init_nonstrict;           // --init-nonstrict
     cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume
 } cli_fsdp_options;
 
-#define CLI_FSDP_NFLAGS 16
+#define CLI_FSDP_NFLAGS 18
 
 void cli_fsdp_defaults(cli_fsdp_options *o);
 // Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.

@@ -109,7 +109,6 @@ static int run(minimal_options *o, fsdp_comm *world) {
         fprintf(stderr, "fsdp-minimal: --dump-output needs --grad-accum 1\n");
         return 2;
     }
-    const fsdp_kernels *k = fsdp_kernels_cpu();
     nn_block_config layer = nn_encoder_layer_defaults(o->d_model, o->heads);
     layer.d_ff = o->ffn;
     layer.dropout = layer.attn_dropout = o->dropout;
@@ -122,6 +121,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
     if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) return 1;
+    const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
     size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;

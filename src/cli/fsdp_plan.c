@@ -34,6 +34,8 @@ int main(int argc, char **argv) {
         {"--forward-prefetch", ARG_BOOL, &f.forward_prefetch, "forward prefetch", 1, 0, NULL},
         {"--limit-all-gathers", ARG_INT, &f.limit_all_gathers, "units unsharded at once (0: no limit)", 0, 1e6, NULL},
         {"--activation-checkpointing", ARG_BOOL, &f.activation_checkpointing, "activation checkpointing", 1, 0, NULL},
+        {"--mixed-precision", ARG_CHOICE, &f.mixed_precision, "param_dtype", 1, 0, "fp32|bf16"},
+        {"--reduce-dtype", ARG_CHOICE, &f.reduce_dtype, "reduce_dtype (param: follow --mixed-precision)", 1, 0, "param|fp32|bf16"},
         {"--no-shared-memory", ARG_BOOL, &no_shm, "ranks on different nodes (no shared gradient staging)", 1, 0, NULL},
     };
     int parsed = cli_parse("fsdp-plan", "Predicts per-rank memory and communication of an fsdp.c run.", args,
@@ -51,15 +53,18 @@ int main(int argc, char **argv) {
     in.limit_all_gathers = f.limit_all_gathers;
     in.activation_checkpointing = f.activation_checkpointing;
     in.shared_memory = !no_shm;
+    in.param_bf16 = cfg.param_dtype == FSDP_BF16;
+    in.reduce_bf16 = cfg.reduce_dtype == FSDP_BF16;
     if (in.strategy == FSDP_HYBRID_SHARD && in.shard_group > 0 && in.world % in.shard_group) {
         fprintf(stderr, "fsdp-plan: --shard-group-size %d must divide --world-size %d\n", in.shard_group, in.world);
         return 2;
     }
     fsdp_plan p = fsdp_plan_compute(&in);
     double mib = 1048576.0;
-    printf("fsdp-plan: %s, %lld parameters, %d rank(s), %s, %d units%s\n", in.gpt2 ? "GPT-2" : "encoder stack",
-           (long long)p.numel, in.world, fsdp_strategy_name(cfg.strategy), p.units,
-           in.activation_checkpointing ? ", activation checkpointing" : "");
+    printf("fsdp-plan: %s, %lld parameters, %d rank(s), %s, %d units%s, param %s, reduce %s\n",
+           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, fsdp_strategy_name(cfg.strategy), p.units,
+           in.activation_checkpointing ? ", activation checkpointing" : "", in.param_bf16 ? "bf16" : "fp32",
+           in.reduce_bf16 ? "bf16" : "fp32");
     printf("per-rank peak memory (MiB):\n");
     printf("  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n",
            "parameters (shards)", p.params / mib, "gradients (shards)", p.grads / mib, "optimizer (AdamW m, v)",

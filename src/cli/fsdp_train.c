@@ -102,7 +102,7 @@ static fsdp_status dims_from_file(train_options *o) {
 // Mean loss over `batches` fixed validation micro-batches (no dropout), averaged over ranks.
 static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, const train_options *o,
                             fsdp_comm *world, int32_t *idx, int32_t *targets, double *out) {
-    nn_ctx ctx = {.k = fsdp_kernels_cpu(), .training = 0, .seed = (uint64_t)o->seed};
+    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = (uint64_t)o->seed};
     double total = 0.0;
     for (int b = 0; b < o->eval_batches; b++) {
         fsdp_data_batch(val, b, 0, 1, fsdp_comm_rank(world), fsdp_comm_size(world), o->batch, o->seq, idx, targets);
@@ -122,7 +122,7 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
     int T = o->seq;
     int32_t *ctx_tokens = calloc((size_t)T, sizeof(int32_t)), *dummy = calloc((size_t)T, sizeof(int32_t));
     if (!ctx_tokens || !dummy) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    nn_ctx ctx = {.k = fsdp_kernels_cpu(), .training = 0, .seed = (uint64_t)o->seed};
+    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = (uint64_t)o->seed};
     fsdp_rng rng = {(uint64_t)o->seed, fsdp_hash_name("sample")};
     int len = 1;
     ctx_tokens[0] = '\n' % o->vocab;
@@ -179,13 +179,13 @@ static int run(train_options *o, fsdp_comm *world) {
                 data_vocab, fsdp_data_name(data));
         return 2;
     }
-    const fsdp_kernels *k = fsdp_kernels_cpu();
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     nn_gpt2 model;
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) return fail(fsdp_last_error());
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     fsdp_state *fs = NULL;
     if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) return 1;
+    const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     int B = o->batch, T = o->seq, M = o->grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
     // spans: kept for --trace, totals only otherwise (the end-of-run report)
@@ -202,9 +202,10 @@ static int run(train_options *o, fsdp_comm *world) {
         int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs);
         printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
                o->d_model, o->heads, o->vocab, T, numel / 1e6);
-        printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s\n", N, omp_get_max_threads(),
-               fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->fsdp.wrap,
-               fsdp_comm_backend(fsdp_shard_comm(fs)));
+        printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s, precision %s (reduce %s, kernels %s)\n", N,
+               omp_get_max_threads(), fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->fsdp.wrap,
+               fsdp_comm_backend(fsdp_shard_comm(fs)), fsdp_dtype_name(fcfg.param_dtype),
+               fsdp_dtype_name(fcfg.reduce_dtype), k->name);
         printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
                (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",

@@ -159,6 +159,47 @@ static fsdp_status mpi_check(int rc, const char *what) {
     return fsdp_error(FSDP_ERR_COMM, "%s failed: %s", what, msg);
 }
 
+// bf16 across nodes: MPI has no bf16 sum, so the payloads travel as bf16 (an all-to-all of the slices
+// for a reduce-scatter, an all-gather for an all-reduce) and each rank sums them in fp32 in rank
+// order, rounding once: the same values as the shared-memory path.
+static fsdp_bf16 *bf16_scratch(size_t count) {
+    static fsdp_bf16 *buf;
+    static size_t cap;
+    if (count > cap) {
+        free(buf);
+        buf = malloc(sizeof(fsdp_bf16) * count);
+        cap = buf ? count : 0;
+    }
+    return buf;
+}
+
+static void sum_bf16_slices(fsdp_bf16 *dst, const fsdp_bf16 *slices, size_t count, int n, float scale) {
+    for (size_t i = 0; i < count; i++) {
+        float acc = 0.0f;
+        for (int r = 0; r < n; r++) acc += fsdp_bf16_to_f32(slices[(size_t)r * count + i]);
+        dst[i] = fsdp_f32_to_bf16(acc * scale);
+    }
+}
+
+static fsdp_status mpi_reduce_scatter_bf16(fsdp_comm *c, const void *send, void *recv, size_t count,
+                                           fsdp_reduce_op op) {
+    fsdp_bf16 *slices = bf16_scratch(count * (size_t)c->size);  // (size, count) every rank's slice of mine
+    if (!slices) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a bf16 reduce-scatter of %zu values", count);
+    fsdp_status s = mpi_check(MPI_Alltoall(send, (int)count, MPI_UINT16_T, slices, (int)count, MPI_UINT16_T, c->mpi),
+                              "MPI_Alltoall");
+    if (s == FSDP_OK) sum_bf16_slices(recv, slices, count, c->size, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
+    return s;
+}
+
+static fsdp_status mpi_all_reduce_bf16(fsdp_comm *c, void *buf, size_t count, fsdp_reduce_op op) {
+    fsdp_bf16 *all = bf16_scratch(count * (size_t)c->size);  // (size, count) every rank's buffer
+    if (!all) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a bf16 all-reduce of %zu values", count);
+    fsdp_status s = mpi_check(MPI_Allgather(buf, (int)count, MPI_UINT16_T, all, (int)count, MPI_UINT16_T, c->mpi),
+                              "MPI_Allgather");
+    if (s == FSDP_OK) sum_bf16_slices(buf, all, count, c->size, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
+    return s;
+}
+
 fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
     size_t bytes = count * fsdp_dtype_size(dt);
     if (c->size == 1) {
@@ -195,7 +236,7 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
                       "MPI_Reduce_scatter_block");
         if (op == FSDP_AVG) scale_f32(recv, count, 1.0f / (float)c->size);
     } else {
-        s = fsdp_error(FSDP_ERR_INVALID_ARG, "bf16 reduce-scatter needs ranks on one node (shared memory)");
+        s = mpi_reduce_scatter_bf16(c, send, recv, count, op);
     }
     account(c, t0, count * fsdp_dtype_size(dt) * (size_t)(c->size - 1));
     return s;
@@ -212,7 +253,7 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
         s = mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi), "MPI_Allreduce");
         if (op == FSDP_AVG) scale_f32(buf, count, 1.0f / (float)c->size);
     } else {
-        s = fsdp_error(FSDP_ERR_INVALID_ARG, "bf16 all-reduce needs ranks on one node (shared memory)");
+        s = mpi_all_reduce_bf16(c, buf, count, op);
     }
     account(c, t0, 2 * count * fsdp_dtype_size(dt) * (size_t)(c->size - 1) / (size_t)c->size);
     return s;

@@ -162,8 +162,21 @@ static void region_sync(fsdp_comm *c, const shm_region *r) {
     MPI_Win_sync(r->win);
 }
 
-// dst (n,) = sum over ranks q of (peer q's region at offset), in rank order, times scale
-static void sum_region(const fsdp_comm *c, const shm_region *r, size_t offset, float *dst, size_t n, float scale) {
+// dst (n,) = sum over ranks q of (peer q's region at offset), in rank order, times scale; bf16
+// payloads are summed in fp32 and rounded once
+static void sum_region(const fsdp_comm *c, const shm_region *r, size_t offset, void *out, size_t n, fsdp_dtype dt,
+                       float scale) {
+    if (dt == FSDP_BF16) {
+        fsdp_bf16 *dst = out;
+#pragma omp parallel for schedule(static) if (n > 32768)
+        for (size_t i = 0; i < n; i++) {
+            float acc = 0.0f;
+            for (int q = 0; q < c->size; q++) acc += fsdp_bf16_to_f32(((const fsdp_bf16 *)(r->peer[q] + offset))[i]);
+            dst[i] = fsdp_f32_to_bf16(acc * scale);
+        }
+        return;
+    }
+    float *dst = out;
 #pragma omp parallel for schedule(static) if (n > 32768)
     for (size_t i0 = 0; i0 < n; i0 += 4096) {
         size_t i1 = i0 + 4096 < n ? i0 + 4096 : n;
@@ -207,10 +220,10 @@ fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, 
                                     fsdp_reduce_op op) {
     size_t esize = fsdp_dtype_size(dt), bytes = count * esize * (size_t)c->size, offset = 0;
     float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
-    const shm_region *reg = dt == FSDP_F32 ? find_region(c, send, bytes, &offset) : NULL;
+    const shm_region *reg = find_region(c, send, bytes, &offset);
     if (reg) {  // zero-copy: sum the peers' slices in place
         region_sync(c, reg);
-        sum_region(c, reg, offset + (size_t)c->rank * count * esize, recv, count, scale);
+        sum_region(c, reg, offset + (size_t)c->rank * count * esize, recv, count, dt, scale);
         return FSDP_OK;
     }
     FSDP_CHECK(ensure_capacity(c, bytes));

@@ -42,6 +42,22 @@ fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src
     return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
 }
 
+// dst (n,) = src (n,) rounded to bf16 (nearest even), kept as fp32
+static void round_to_bf16(float *dst, const float *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) dst[i] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(src[i]));
+}
+
+// acc (n,) += src (n,) bf16
+static void add_bf16(float *acc, const uint16_t *src, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) acc[i] += fsdp_bf16_to_f32(src[i]);
+}
+
+const fsdp_kernels *fsdp_compute_kernels(const fsdp_state *s) {
+    return s->cfg.param_dtype == FSDP_BF16 ? fsdp_kernels_cpu_bf16() : fsdp_kernels_cpu();
+}
+
 // A gathered-parameter buffer for u from the preallocated pool (or the allocator if the pool is
 // exhausted, which the pool's sizing rules out).
 static float *take_buffer(fsdp_state *s, const fsdp_unit *u) {
@@ -74,8 +90,15 @@ static int unsharded_block_units(const fsdp_state *s) {
 // respect_limit: a prefetch is skipped when limit_all_gathers block units are already unsharded.
 static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit) {
     if (u->full) return FSDP_OK;
-    if (s->replicated) {
+    int lp = s->cfg.param_dtype == FSDP_BF16;
+    if (s->replicated && !lp) {
         u->full = u->shard;  // replicated: the shard is the whole flat parameter
+        return FSDP_OK;
+    }
+    if (s->replicated) {  // param_dtype bf16: compute sees the bf16-rounded values
+        u->full = take_buffer(s, u);
+        if (!u->full) return FSDP_ERR_NOMEM;
+        round_to_bf16(u->full, u->shard, (size_t)u->padded);
         return FSDP_OK;
     }
     if (respect_limit && s->cfg.limit_all_gathers > 0 && unsharded_block_units(s) >= s->cfg.limit_all_gathers)
@@ -86,13 +109,19 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
         double stray = 0.0;
         FSDP_CHECK(with_context(s, u, "all_gather", fsdp_all_reduce(s->shard_comm, &stray, 1, FSDP_F32, FSDP_SUM)));
     }
-    size_t bytes = sizeof(float) * (size_t)u->padded;
+    size_t bytes = (lp ? sizeof(uint16_t) : sizeof(float)) * (size_t)u->padded;
     fsdp_trace_begin(respect_limit ? "all_gather (prefetch)" : "all_gather", FSDP_SPAN_COMM, u->name);
     fsdp_trace_add_bytes(bytes);
     double t0 = fsdp_now_sec();
     fsdp_status st;
     if (u->offloaded) fsdp_offload_prefetch(u->shard, sizeof(float) * (size_t)u->shard_numel);
-    if (u->shard_shared) {  // zero-copy: the peers' shards are read where they live
+    if (lp) {  // gathered as bf16 into the upper half of `full`; fsdp_unshard widens it in place
+        uint16_t *gathered = (uint16_t *)u->full + u->padded;  // (padded,) bf16
+        uint16_t *mine = u->shard_lp ? u->shard_lp : gathered + u->shard_begin;
+        fsdp_f32_to_bf16_array(mine, u->shard, (size_t)u->shard_numel);
+        u->lp_pending = 1;
+        st = fsdp_iall_gather(s->shard_comm, mine, gathered, (size_t)u->shard_numel, FSDP_BF16, &u->gather);
+    } else if (u->shard_shared) {  // zero-copy: the peers' shards are read where they live
         st = fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
     } else {
         memcpy(u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
@@ -113,6 +142,10 @@ fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
         s->comm_wait_seconds += fsdp_now_sec() - t0;
         FSDP_CHECK(st);
     }
+    if (u->lp_pending) {
+        fsdp_bf16_to_f32_in_place(u->full, (size_t)u->padded);
+        u->lp_pending = 0;
+    }
     bind_params(u, u->full, 0);
     return FSDP_OK;
 }
@@ -122,6 +155,7 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
         fsdp_comm_wait(u->gather);
         u->gather = NULL;
     }
+    u->lp_pending = 0;
     if (!u->full) return;
     if (u->full != u->shard) give_buffer(s, u->full);
     u->full = NULL;
@@ -159,12 +193,25 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     }
     const fsdp_kernels *k = fsdp_kernels_cpu();
     const char *op = s->replicated ? "all_reduce" : "reduce_scatter";
-    size_t bytes = sizeof(float) * (size_t)u->padded;
+    int lp = s->cfg.reduce_dtype == FSDP_BF16;
+    size_t bytes = (lp ? sizeof(uint16_t) : sizeof(float)) * (size_t)u->padded;
     fsdp_trace_begin(op, FSDP_SPAN_COMM, u->name);
     fsdp_trace_add_bytes(bytes);
     double t0 = fsdp_now_sec();
     fsdp_status st;
-    if (s->replicated) {
+    if (lp) {  // bf16 on the wire: the gradients become bf16 in place, then fp32 sums of bf16 payloads
+        fsdp_f32_to_bf16_in_place(u->full_grad, (size_t)u->padded);
+        uint16_t *g = (uint16_t *)u->full_grad, *r = (uint16_t *)s->reduce_buf;  // (padded,), (shard_numel,)
+        if (s->replicated) {
+            st = fsdp_all_reduce(s->world, g, (size_t)u->padded, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK) add_bf16(u->shard_grad, g, (size_t)u->padded);
+        } else {
+            st = fsdp_reduce_scatter(s->shard_comm, g, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK && s->replica_comm)
+                st = fsdp_all_reduce(s->replica_comm, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK) add_bf16(u->shard_grad, r, (size_t)u->shard_numel);
+        }
+    } else if (s->replicated) {
         st = fsdp_all_reduce(s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG);
         if (st == FSDP_OK) k->add_inplace(u->shard_grad, u->full_grad, (size_t)u->padded);
     } else {

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "kernels/kernels.h"
 #include "nn/sequential.h"
 #include "optim/optim.h"
 
@@ -45,9 +46,15 @@ typedef struct {
     int cpu_offload;             // CPUOffload(offload_params=True): parameters and gradients in host memory and
                                  // the optimizer on the host. On the CPU backend they already are: a no-op
                                  // until the CUDA backend exists (the hook is where it will move them).
+    // MixedPrecision. The master shards, their gradients and the optimizer stay fp32 whatever is set.
+    fsdp_dtype param_dtype;      // FSDP_BF16: units are all-gathered in bf16 (half the bytes) and compute
+                                 // sees bf16 parameter values; matrix products take bf16 operands (with
+                                 // fsdp_compute_kernels' table), LayerNorm, softmax and the loss stay fp32
+    fsdp_dtype reduce_dtype;     // FSDP_BF16: gradients reduce-scatter (all-reduce) as bf16 on the wire,
+                                 // summed in fp32, rounded to bf16 once, added to the fp32 gradient shard
 } fsdp_config;
 
-fsdp_config fsdp_config_default(void);  // FULL_SHARD, transformer wrap, BACKWARD_PRE, limit 2
+fsdp_config fsdp_config_default(void);  // FULL_SHARD, transformer wrap, BACKWARD_PRE, limit 2, fp32
 const char *fsdp_strategy_name(fsdp_strategy s);
 
 // What the engine needs to know about a model: its parameters (in registration order), its blocks
@@ -123,6 +130,10 @@ fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts);
 // Checks that dir is complete (DONE present) and that the files DONE lists match their CRC-32s.
 fsdp_status fsdp_verify_marker(const char *dir);
+
+// The kernel table the model's forward and backward should run with: fsdp_kernels_cpu_bf16() under
+// param_dtype bf16, fsdp_kernels_cpu() otherwise.
+const fsdp_kernels *fsdp_compute_kernels(const fsdp_state *s);
 
 // Layout and memory
 int fsdp_unit_count(const fsdp_state *s);

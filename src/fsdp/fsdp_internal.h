@@ -24,6 +24,9 @@ struct fsdp_unit {
     int offloaded;           // shard and shard_grad are mappings under --offload-dir
     int grad_staged;         // full_grad is one of the state's shared staging buffers
     int order_pos;           // position in the recorded forward order, -1 before it is known
+    uint16_t *shard_lp;      // (shard_numel,) bf16 copy of the shard for a param_dtype bf16 all-gather
+                             // from shared memory (zero-copy), or NULL                  FSDP_MEM_COMM
+    int lp_pending;          // `full` holds the bf16 gather in its upper half, not yet widened to fp32
 };
 
 #define FSDP_PAD_ALIGN 16  // shards are multiples of 16 floats (64 bytes)

@@ -33,6 +33,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t max_shard = n_block_units ? block_padded / G : 0;
     if (root_padded / G > max_shard) max_shard = root_padded / G;
     p.communication = 4.0 * (max_shard ? max_shard : 1);
+    int shared_shards = !replicated && in->shared_memory && in->world > 1;
+    if (in->param_bf16 && shared_shards) p.communication += 2.0 * local;  // each unit's bf16 send copy
 
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
@@ -41,6 +43,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
         p.unsharded = unit_bytes + root_bytes;
+        // param_dtype bf16: a bf16-rounded copy of every unit, kept from forward to backward
+        if (in->param_bf16) p.unsharded += n_block_units * unit_bytes + root_bytes;
     } else {
         int prefetch = (in->backward_prefetch != 2 || in->forward_prefetch) && in->limit_all_gathers != 1;
         double params_gathered = in->strategy == FSDP_SHARD_GRAD_OP ? n_block_units * unit_bytes
@@ -63,17 +67,18 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // bytes each rank sends per optimizer step (as fsdp_comm_stats counts them)
     double frac = G > 1 ? (double)(G - 1) / G : 0.0;
     int gathers = in->strategy == FSDP_SHARD_GRAD_OP ? 1 : 2;
-    double block_flat = 4.0 * (double)block_padded, root_flat = 4.0 * (double)root_padded;
+    double pe = in->param_bf16 ? 2.0 : 4.0, ge = in->reduce_bf16 ? 2.0 : 4.0;  // bytes per element on the wire
+    double block_n = (double)block_padded, root_n = (double)root_padded;
     double per_micro;
     if (replicated) {
         double ar = in->world > 1 ? 2.0 * (in->world - 1) / in->world : 0.0;
-        per_micro = ar * ((double)n_block_units * block_flat + root_flat);
+        per_micro = ar * ge * ((double)n_block_units * block_n + root_n);
         p.bytes_sent = per_micro * in->grad_accum;
     } else {
-        double ag = frac * ((double)n_block_units * block_flat * gathers + root_flat);
-        double rs = frac * ((double)n_block_units * block_flat + root_flat);
+        double ag = frac * pe * ((double)n_block_units * block_n * gathers + root_n);
+        double rs = frac * ge * ((double)n_block_units * block_n + root_n);
         int R = in->world / G;
-        double replica = R > 1 ? 2.0 * (R - 1) / R * ((double)n_block_units * block_flat + root_flat) / G : 0.0;
+        double replica = R > 1 ? 2.0 * (R - 1) / R * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
         p.bytes_sent = (ag + rs + replica) * in->grad_accum;
     }
     return p;

@@ -8,6 +8,10 @@ void fsdp_print_summary(const fsdp_state *s, FILE *f) {
     fprintf(f, "FSDP summary: strategy %s, world %d, shard group %d%s, %d units, backend %s\n",
             fsdp_strategy_name(s->cfg.strategy), fsdp_comm_size(s->world), G,
             s->replica_comm ? " (replicated across groups)" : "", s->n_units, fsdp_comm_backend(s->world));
+    fprintf(f, "mixed precision: param_dtype %s, reduce_dtype %s, master shards and optimizer fp32, compute %s%s%s\n",
+            fsdp_dtype_name(s->cfg.param_dtype), fsdp_dtype_name(s->cfg.reduce_dtype),
+            fsdp_compute_kernels(s)->name, s->cfg.param_dtype == FSDP_BF16 ? " with the GEMM on " : "",
+            s->cfg.param_dtype == FSDP_BF16 ? cpu_gemm_bf16_name() : "");
     fprintf(f, "%-10s %7s %12s %9s %12s %14s\n", "unit", "params", "numel", "padding", "shard numel",
             "bytes/rank");
     int64_t tot_numel = 0, tot_shard = 0;

@@ -104,6 +104,12 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     }
     u->shard_grad = fsdp_alloc(sizeof(float) * (size_t)u->shard_numel, FSDP_MEM_GRADS);
     if (!u->shard || !u->shard_grad) return FSDP_ERR_NOMEM;
+    if (u->shard_shared && s->cfg.param_dtype == FSDP_BF16) {  // the bf16 send buffer, shared like the shard
+        size_t lp_bytes = sizeof(uint16_t) * (size_t)u->shard_numel;
+        u->shard_lp = fsdp_comm_alloc_shared(s->shard_comm, lp_bytes);
+        if (!u->shard_lp) return fsdp_error(FSDP_ERR_NOMEM, "out of shared memory for unit %s", u->name);
+        fsdp_mem_track(FSDP_MEM_COMM, lp_bytes, +1);
+    }
     for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;  // bound only while unsharded
     return FSDP_OK;
 }
@@ -173,10 +179,13 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
     int64_t max_block = 0;
     for (int i = 0; i < s->n_units; i++)
         if (s->units[i].block >= 0 && s->units[i].padded > max_block) max_block = s->units[i].padded;
-    if (!s->replicated) {  // unshard buffers, preallocated: the peak is the same every step
+    // unshard buffers, preallocated: the peak is the same every step. Replicated strategies need them
+    // only under param_dtype bf16 (a bf16-rounded copy of every unit from forward to backward).
+    if (!s->replicated || cfg.param_dtype == FSDP_BF16) {
         int prefetch = cfg.backward_prefetch != FSDP_PREFETCH_NONE || cfg.forward_prefetch;
         int n_block_units = s->n_units - (s->root ? 1 : 0);
-        int want = cfg.strategy == FSDP_SHARD_GRAD_OP ? n_block_units : (prefetch && cfg.limit_all_gathers != 1 ? 2 : 1);
+        int keeps_all = cfg.strategy == FSDP_SHARD_GRAD_OP || s->replicated;
+        int want = keeps_all ? n_block_units : (prefetch && cfg.limit_all_gathers != 1 ? 2 : 1);
         if (want > 64) want = 64;
         s->pool_floats = max_block;
         for (int i = 0; max_block > 0 && i < want; i++) {
@@ -218,6 +227,10 @@ void fsdp_free_state(fsdp_state *s) {
             fsdp_offload_unmap(u->shard_grad, shard_bytes);
             u->shard = u->shard_grad = NULL;
         } else if (u->shard_shared) {
+            if (u->shard_lp) {
+                fsdp_mem_track(FSDP_MEM_COMM, sizeof(uint16_t) * (size_t)u->shard_numel, -1);
+                fsdp_comm_free_shared(s->shard_comm, u->shard_lp);
+            }
             fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
             fsdp_comm_free_shared(s->shard_comm, u->shard);
         } else {

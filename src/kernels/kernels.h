@@ -84,6 +84,9 @@ typedef struct fsdp_kernels {
 
 const fsdp_kernels *fsdp_kernels_cpu(void);
 const fsdp_kernels *fsdp_kernels_for(fsdp_device dev);  // NULL if the device has no table
+// The CPU table for bf16 mixed precision: gemm and attention's products with bf16 operands and fp32
+// accumulation (cpu_gemm_bf16); everything else as fsdp_kernels_cpu().
+const fsdp_kernels *fsdp_kernels_cpu_bf16(void);
 
 // The CPU kernels, also callable directly (tests, the table).
 void cpu_gemm(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
@@ -94,6 +97,14 @@ void cpu_gemm_init(void);  // pins OpenBLAS to one thread: the wrapper splits wo
 void cpu_gemm_select(const char *name);
 const char *cpu_gemm_name(void);
 int cpu_sgemm_avx512_available(void);
+// C = alpha * op(A) @ op(B) + beta * C with A and B rounded to bf16 (nearest even) and fp32
+// accumulation: Intel AMX tiles where the CPU and kernel allow them, else bf16-rounded copies through
+// the fp32 GEMM (same products, other summation order). FSDP_GEMM_BF16=amx|emulate sets the path at
+// first use; cpu_gemm_bf16_select does so explicitly ("emulate", or NULL for the best available).
+void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc);
+void cpu_gemm_bf16_select(const char *name);
+const char *cpu_gemm_bf16_name(void);  // "amx" or "emulate"
 // Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region).
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc, int nthreads);

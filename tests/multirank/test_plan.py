@@ -1,6 +1,6 @@
 """fsdp-plan's prediction against measured runs of fsdp-train: per-rank peak memory by category, the
 total, and the bytes sent per step, within 10%, across world sizes, strategies, wrap policies,
-prefetch settings, gradient accumulation and activation checkpointing."""
+prefetch settings, gradient accumulation, activation checkpointing and bf16 mixed precision."""
 import os
 import re
 import subprocess
@@ -20,6 +20,10 @@ CASES = [  # world, extra flags
     (2, ["--activation-checkpointing"]), (2, ["--grad-accum", "2"]), (2, ["--backward-prefetch", "none"]),
     (3, ["--wrap", "none"]), (2, ["--backward-prefetch", "post", "--forward-prefetch"]),
     (2, ["--backward-prefetch", "none", "--forward-prefetch"]), (2, ["--limit-all-gathers", "1"]),
+    (2, ["--mixed-precision", "bf16"]), (2, ["--mixed-precision", "bf16", "--reduce-dtype", "fp32"]),
+    (2, ["--strategy", "ddp", "--mixed-precision", "bf16"]),
+    (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2", "--mixed-precision", "bf16"]),
+    (1, ["--mixed-precision", "bf16"]),
 ]
 
 

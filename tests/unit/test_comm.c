@@ -72,21 +72,34 @@ static void check_group(fsdp_comm *c, const char *label) {
         free(send);
         free(recv);
     }
-    // bf16 all-gather is bit-exact; bf16 reduce-scatter accumulates in fp32 (shared memory only)
-    if (strcmp(fsdp_comm_backend(c), "mpi") != 0) {
+    // bf16 reduce-scatter and all-reduce: bf16 payloads summed in fp32 in rank order, rounded once,
+    // identically over shared memory (plain and zero-copy from a shared buffer) and plain MPI
+    for (int shared = 0; shared < 2; shared++) {
         size_t n = 513;
-        fsdp_bf16 *s = malloc(2 * n * (size_t)N), *r = malloc(2 * n * (size_t)N);
+        fsdp_bf16 *s = shared ? fsdp_comm_alloc_shared(c, 2 * n * (size_t)N) : NULL;
+        int from_shared = s != NULL;
+        if (!s) s = malloc(2 * n * (size_t)N);
+        fsdp_bf16 *r = malloc(2 * n * (size_t)N), *a = malloc(2 * n);
         for (size_t i = 0; i < n * (size_t)N; i++) s[i] = fsdp_f32_to_bf16(input(R, i));
+        for (size_t i = 0; i < n; i++) a[i] = fsdp_f32_to_bf16(input(R, i));
         CHECK(fsdp_reduce_scatter(c, s, r, n, FSDP_BF16, FSDP_SUM) == FSDP_OK);
+        CHECK(fsdp_all_reduce(c, a, n, FSDP_BF16, FSDP_AVG) == FSDP_OK);
         int bad = 0;
         for (size_t i = 0; i < n; i++) {
-            float want = 0.0f;
+            float want = 0.0f, want_avg = 0.0f;
             for (int q = 0; q < N; q++) want += fsdp_bf16_to_f32(fsdp_f32_to_bf16(input(q, (size_t)R * n + i)));
+            for (int q = 0; q < N; q++) want_avg += fsdp_bf16_to_f32(fsdp_f32_to_bf16(input(q, i)));
             bad += fsdp_bf16_to_f32(r[i]) != fsdp_bf16_to_f32(fsdp_f32_to_bf16(want));
+            bad += fsdp_bf16_to_f32(a[i]) != fsdp_bf16_to_f32(fsdp_f32_to_bf16(want_avg * (1.0f / (float)N)));
         }
+        if (bad) fprintf(stderr, "bf16 reductions (%s, send in %s memory): %d wrong\n", fsdp_comm_backend(c),
+                         from_shared ? "shared" : "private", bad);
         CHECK(bad == 0);
-        free(s);
+        CHECK(fsdp_barrier(c) == FSDP_OK);  // peers may still read a shared send buffer until here
+        if (from_shared) fsdp_comm_free_shared(c, s);
+        else free(s);
         free(r);
+        free(a);
     }
     double v = R + 1.0;
     CHECK(fsdp_all_reduce_double(c, &v) == FSDP_OK);

@@ -68,6 +68,63 @@ static int run_case(const char *path, int threads, int ta, int tb, int M, int N,
     return ok;
 }
 
+static float bf16_round(float x) { return fsdp_bf16_to_f32(fsdp_f32_to_bf16(x)); }
+
+// The bf16 GEMM against the double reference on bf16-rounded operands (alpha joins A before
+// rounding): only fp32 accumulation error remains, so the same bound holds.
+static int run_case_bf16(const char *path, int ta, int tb, int M, int N, int K, float alpha, float beta) {
+    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+    long asz = (long)(ta ? K : M) * lda, bsz = (long)(tb ? N : K) * ldb, csz = (long)M * ldc;
+    float *A = malloc(sizeof(float) * asz), *B = malloc(sizeof(float) * bsz), *Ar = malloc(sizeof(float) * asz);
+    float *Br = malloc(sizeof(float) * bsz), *C0 = malloc(sizeof(float) * csz), *C = malloc(sizeof(float) * csz);
+    float *R = malloc(sizeof(float) * csz);
+    double *bound = malloc(sizeof(double) * csz);
+    for (long i = 0; i < asz; i++) A[i] = value(i, 1) * 1.0009765625f + 1e-4f;  // not bf16-exact
+    for (long i = 0; i < bsz; i++) B[i] = value(i, 2) * 0.9990234375f - 1e-4f;
+    for (long i = 0; i < asz; i++) Ar[i] = bf16_round(alpha * A[i]);
+    for (long i = 0; i < bsz; i++) Br[i] = bf16_round(B[i]);
+    for (long i = 0; i < csz; i++) C0[i] = value(i, 3);
+    if (beta == 0.0f)
+        for (long i = 0; i < csz; i += 97) C0[i] = NAN;
+    memcpy(C, C0, sizeof(float) * csz);
+    memcpy(R, C0, sizeof(float) * csz);
+    reference(ta, tb, M, N, K, 1.0f, Ar, lda, Br, ldb, beta, C0, R, bound, ldc);
+    cpu_gemm_bf16_select(path);
+    cpu_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    double worst = 0.0;
+    int untouched_ok = 1;
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double err = fabs((double)C[(long)i * ldc + j] - R[(long)i * ldc + j]) / bound[(long)i * ldc + j];
+            worst = err > worst ? err : worst;
+        }
+        for (int j = N; j < ldc; j++)
+            if (memcmp(&C[(long)i * ldc + j], &C0[(long)i * ldc + j], sizeof(float))) untouched_ok = 0;
+    }
+    int ok = worst <= 1.0 && untouched_ok;
+    if (!ok)
+        fprintf(stderr, "bf16/%s ta %d tb %d M %d N %d K %d alpha %g beta %g: worst %g untouched %d\n",
+                cpu_gemm_bf16_name(), ta, tb, M, N, K, (double)alpha, (double)beta, worst, untouched_ok);
+    free(A);
+    free(B);
+    free(Ar);
+    free(Br);
+    free(C0);
+    free(C);
+    free(R);
+    free(bound);
+    return ok;
+}
+
+// A bf16 product must differ from the fp32 one (the operands really are rounded): a guard against a
+// "bf16" path that silently computes in fp32.
+static int bf16_rounds_operands(void) {
+    float a[32], b[32], c = 0.0f;
+    for (int i = 0; i < 32; i++) a[i] = b[i] = 1.0f + 1.0f / 512.0f;  // halfway: rounds to 1.0 in bf16
+    cpu_gemm_bf16(0, 0, 1, 1, 32, 1.0f, a, 32, b, 1, 0.0f, &c, 1);
+    return c == 32.0f;
+}
+
 int main(void) {
     int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257},
                       {100, 17, 5}, {345, 70, 40}, {700, 96, 33}, {64, 3100, 9}, {3, 5, 520}};
@@ -89,6 +146,27 @@ int main(void) {
                     CHECK(run_case("cpu_gemm/default", 2, ta, tb, M, N, K, alpha, beta));
                     cases++;
                 }
+    int bf16_cases = 0;
+    const char *bf16_paths[] = {NULL, "emulate"};  // NULL: the best available (AMX here when present)
+    for (int p = 0; p < 2; p++)
+        for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    for (int ab = 0; ab < 3; ab++) {
+                        int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
+                        CHECK(run_case_bf16(bf16_paths[p], ta, tb, M, N, K, alphas[ab], betas[(ab + s) % 3]));
+                        bf16_cases++;
+                    }
+    int big[][3] = {{512, 1536, 512}, {300, 520, 1100}, {64, 64, 64}};
+    for (int s = 0; s < 3; s++)
+        for (int ta = 0; ta < 2; ta++)
+            for (int tb = 0; tb < 2; tb++) CHECK(run_case_bf16(NULL, ta, tb, big[s][0], big[s][1], big[s][2], 1.0f, (float)(s % 2)));
+    cpu_gemm_bf16_select(NULL);
+    CHECK(bf16_rounds_operands());
+    cpu_gemm_bf16_select("emulate");
+    CHECK(bf16_rounds_operands());
+    cpu_gemm_bf16_select(NULL);
+    printf("bf16 GEMM: %d cases on the %s path and the emulated one\n", bf16_cases / 2, cpu_gemm_bf16_name());
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");
     TEST_MAIN_END();

@@ -69,7 +69,9 @@ static void dropout_block(float *p, const fsdp_attention_dims *d, int bh) {
     }
 }
 
-void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
+typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
+
+static void attention_forward(gemm_fn gemm, float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, hd = d->C / d->H;
     float scale = 1.0f / sqrtf((float)hd);
     cpu_gemm_init();
@@ -85,7 +87,7 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_
             gather_head(v, qkv, d, b, h, 2);
             for (int i = 0; i < T * hd; i++) q[i] *= scale;
             float *p = att + (size_t)bh * T * T;  // (T, T)
-            cpu_gemm(0, 1, T, T, hd, 1.0f, q, hd, k, hd, 0.0f, p, T);
+            gemm(0, 1, T, T, hd, 1.0f, q, hd, k, hd, 0.0f, p, T);
             for (int i = 0; i < T; i++) {
                 float *row = p + (size_t)i * T;
                 int valid = d->causal ? i + 1 : T;
@@ -102,15 +104,15 @@ void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_
                 dropout_block(pd, d, bh);
                 probs = pd;
             }
-            cpu_gemm(0, 0, T, hd, T, 1.0f, probs, T, v, hd, 0.0f, q, hd);  // q reused as (T, hd) output
+            gemm(0, 0, T, hd, T, 1.0f, probs, T, v, hd, 0.0f, q, hd);  // q reused as (T, hd) output
             scatter_head(out, (size_t)d->C, (size_t)h * hd, q, d, b);
         }
         free(q);
     }
 }
 
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                            const fsdp_attention_dims *d) {
+static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, const float *qkv, const float *att,
+                               const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, hd = d->C / d->H, C = d->C;
     float scale = 1.0f / sqrtf((float)hd);
     cpu_gemm_init();
@@ -138,8 +140,8 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 dropout_block(pd, d, bh);
                 probs = pd;
             }
-            cpu_gemm(1, 0, T, hd, T, 1.0f, probs, T, dO, hd, 0.0f, dv, hd);  // dV = P'^T dO
-            cpu_gemm(0, 1, T, T, hd, 1.0f, dO, hd, v, hd, 0.0f, dp, T);      // dP' = dO V^T
+            gemm(1, 0, T, hd, T, 1.0f, probs, T, dO, hd, 0.0f, dv, hd);  // dV = P'^T dO
+            gemm(0, 1, T, T, hd, 1.0f, dO, hd, v, hd, 0.0f, dp, T);      // dP' = dO V^T
             if (d->dropout_p > 0.0f) dropout_block(dp, d, bh);               // through the dropout
             for (int i = 0; i < T; i++) {                                     // softmax backward
                 const float *prow = p + (size_t)i * T;
@@ -151,12 +153,31 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
                 for (int j = valid; j < T; j++) drow[j] = 0.0f;
             }
             for (int i = 0; i < T * hd; i++) q[i] *= scale;                    // q' = q * scale
-            cpu_gemm(0, 0, T, hd, T, scale, dp, T, k, hd, 0.0f, dq, hd);     // dq = scale dS K
-            cpu_gemm(1, 0, T, hd, T, 1.0f, dp, T, q, hd, 0.0f, dk, hd);      // dk = dS^T q'
+            gemm(0, 0, T, hd, T, scale, dp, T, k, hd, 0.0f, dq, hd);     // dq = scale dS K
+            gemm(1, 0, T, hd, T, 1.0f, dp, T, q, hd, 0.0f, dk, hd);      // dk = dS^T q'
             scatter_head(dqkv, (size_t)3 * C, (size_t)h * hd, dq, d, b);
             scatter_head(dqkv, (size_t)3 * C, (size_t)C + h * hd, dk, d, b);
             scatter_head(dqkv, (size_t)3 * C, (size_t)2 * C + h * hd, dv, d, b);
         }
         free(q);
     }
+}
+
+void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
+    attention_forward(cpu_gemm, out, att, qkv, d);
+}
+
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+                            const fsdp_attention_dims *d) {
+    attention_backward(cpu_gemm, dqkv, dout, qkv, att, d);
+}
+
+// bf16 mixed precision: the four products per head with bf16 operands (softmax stays fp32)
+void cpu_attention_forward_bf16(float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
+    attention_forward(cpu_gemm_bf16, out, att, qkv, d);
+}
+
+void cpu_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                 const fsdp_attention_dims *d) {
+    attention_backward(cpu_gemm_bf16, dqkv, dout, qkv, att, d);
 }

@@ -28,7 +28,23 @@ static const fsdp_kernels cpu_table = {
     .sum_squares = cpu_sum_squares,
 };
 
+// bf16 mixed precision: every matrix product takes bf16 operands and accumulates in fp32; LayerNorm,
+// softmax, the loss and every elementwise kernel stay fp32 (autocast's split).
+static fsdp_kernels cpu_bf16_table;
+
 const fsdp_kernels *fsdp_kernels_cpu(void) { return &cpu_table; }
+
+const fsdp_kernels *fsdp_kernels_cpu_bf16(void) {
+    if (!cpu_bf16_table.name) {
+        fsdp_kernels t = cpu_table;
+        t.name = "cpu-bf16";
+        t.gemm = cpu_gemm_bf16;
+        t.attention_forward = cpu_attention_forward_bf16;
+        t.attention_backward = cpu_attention_backward_bf16;
+        cpu_bf16_table = t;
+    }
+    return &cpu_bf16_table;
+}
 
 const fsdp_kernels *fsdp_kernels_for(fsdp_device dev) {
     return dev == FSDP_DEV_CPU ? &cpu_table : NULL;

@@ -1,0 +1,312 @@
+// gemm_bf16.c: C = alpha * op(A) @ op(B) + beta * C with bf16 operands and fp32 accumulation, the
+// GEMM of bf16 mixed precision. fp32 inputs are rounded to the nearest-even bf16 while they are packed
+// (the products of two bf16 values are exact in fp32, so every path computes the same products and
+// differs only in summation order).
+//
+// Paths, chosen at run time (FSDP_GEMM_BF16=amx|emulate overrides):
+//   amx      Intel AMX tiles (TDPBF16PS: a 16x32 by 32x16 bf16 product per instruction) where the CPU
+//            has amx_bf16 and the kernel grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
+//   emulate  anywhere: operands rounded to bf16 into fp32 copies, then the fp32 GEMM.
+//
+// AMX layout. Packed A: tiles of 16 rows x 32 k (bf16); tile (mi, kj) at a + (mi * KT + kj) * 512.
+// Packed B: tiles of 16 k-pairs x 16 columns x 2 (the VNNI pair layout TDPBF16PS reads); tile (nj, kj)
+// at b + (nj * KT + kj) * 512. M, N and K are padded with zeros to multiples of 32. The micro-kernel
+// keeps a 32x32 block of C in four tiles (tmm0-3), with two A tiles (tmm4-5) and two B tiles (tmm6-7).
+#include <immintrin.h>
+#include <cpuid.h>
+#include <omp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/status.h"
+#include "kernels/cpu/cpu_kernels.h"
+
+#define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
+#define TILE_ELEMS 512  // bf16 values per packed 16x32 tile (1 KiB)
+#define MC_ROWS 512     // rows of packed A swept per pass over B (keeps the A block in L2)
+
+static int bf16_path = -1;  // 0 emulate, 1 amx; -1 not decided
+
+static int amx_available(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
+    int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
+    if (!tile || !bf16 || !__builtin_cpu_supports("avx512bw")) return 0;
+    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0;  // avx512_bf16 (packing)
+    // Linux keeps the 8 KiB tile state off until a process asks for it (ARCH_REQ_XCOMP_PERM, XTILEDATA)
+    return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
+#else
+    return 0;
+#endif
+}
+
+void cpu_gemm_bf16_select(const char *name) {
+    if (name && strcmp(name, "emulate") == 0) bf16_path = 0;
+    else bf16_path = amx_available();
+}
+
+const char *cpu_gemm_bf16_name(void) {
+    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    return bf16_path ? "amx" : "emulate";
+}
+
+// Scratch: per thread for one-thread calls (attention runs GEMMs inside a parallel region), shared
+// for team calls. Grown, never shrunk, so steady-state training allocates nothing.
+typedef struct {
+    void *p;
+    size_t bytes;
+} scratch;
+static _Thread_local scratch thread_a, thread_b;
+static scratch team_a, team_b;
+
+static void *grow(scratch *s, size_t bytes) {
+    if (s->bytes < bytes) {
+        free(s->p);
+        s->p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        FSDP_ASSERT(s->p != NULL);
+        s->bytes = bytes;
+    }
+    return s->p;
+}
+
+// ---- emulated path --------------------------------------------------------------------------------
+
+// dst (rows, cols) contiguous = bf16-rounded scale * src (rows, cols) with leading dimension ld
+static void round_copy(float *dst, const float *src, int rows, int cols, int ld, float scale) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && (long)rows * cols > 65536)
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++)
+            dst[(size_t)r * cols + c] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(scale * src[(size_t)r * ld + c]));
+}
+
+static void gemm_bf16_emulated(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
+    int team = !omp_in_parallel();
+    float *a = grow(team ? &team_a : &thread_a, sizeof(float) * (size_t)ar * ac);
+    float *b = grow(team ? &team_b : &thread_b, sizeof(float) * (size_t)br * bc);
+    round_copy(a, A, ar, ac, lda, alpha);  // alpha joins A before rounding, as on the AMX path
+    round_copy(b, B, br, bc, ldb, 1.0f);
+    cpu_gemm(trans_a, trans_b, M, N, K, 1.0f, a, ac, b, bc, beta, C, ldc);
+}
+
+// ---- AMX path -------------------------------------------------------------------------------------
+
+typedef struct {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tile_config;
+
+static _Thread_local int tiles_configured;
+
+AMX_TARGET static void configure_tiles(void) {
+    if (tiles_configured) return;
+    tile_config cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int t = 0; t < 8; t++) {
+        cfg.colsb[t] = 64;
+        cfg.rows[t] = 16;
+    }
+    _tile_loadconfig(&cfg);
+    tiles_configured = 1;
+}
+
+static inline __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
+
+// 16 fp32 values of a line, the first `n` from src (the rest zero), times alpha
+AMX_TARGET static inline __m512 load16(const float *src, int n, __m512 alpha) {
+    return _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n), src), alpha);
+}
+
+// In-register transpose of 16x16 32-bit elements: r[i] holds row i on entry and column i on exit.
+AMX_TARGET static void transpose16x16(__m512i r[16]) {
+    __m512i t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
+        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+    }
+    for (int i = 0; i < 2; i++)
+        for (int j = 0; j < 4; j++) {
+            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xDD);
+        }
+    for (int j = 0; j < 8; j++) {
+        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
+        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xDD);
+    }
+}
+
+// r[l] = bf16 of line l's 32 values src[l*ld + 0..31] (k contiguous: 16 pairs of consecutive k),
+// for lines < n_lines and values < n_k; zeros elsewhere.
+AMX_TARGET static void lines_along_k(__m512i r[16], const float *src, long ld, int n_lines, int n_k, __m512 alpha) {
+    for (int l = 0; l < 16; l++) {
+        if (l >= n_lines) {
+            r[l] = _mm512_setzero_si512();
+            continue;
+        }
+        const float *p = src + (long)l * ld;
+        __m512 lo = load16(p, n_k, alpha), hi = load16(p + 16, n_k - 16, alpha);
+        r[l] = (__m512i)_mm512_cvtne2ps_pbh(hi, lo);
+    }
+}
+
+// r[p] = pairs (k = 2p, 2p + 1) of 16 lines that run across k (src[k*ld + line]): element (p, l) holds
+// bf16(src[2p][l]) in its low half and bf16(src[2p+1][l]) in its high half. Zeros past n_lines/n_k.
+AMX_TARGET static void pairs_across_k(__m512i r[16], const float *src, long ld, int n_lines, int n_k, __m512 alpha) {
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m512 zero = _mm512_setzero_ps();
+    for (int p = 0; p < 16; p++) {
+        int k = 2 * p;
+        __m512 even = k < n_k ? load16(src + (long)k * ld, n_lines, alpha) : zero;
+        __m512 odd = k + 1 < n_k ? load16(src + (long)(k + 1) * ld, n_lines, alpha) : zero;
+        __m512i both = (__m512i)_mm512_cvtne2ps_pbh(odd, even);  // [even x16 | odd x16]
+        r[p] = _mm512_permutexvar_epi16(interleave, both);
+    }
+}
+
+static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
+    for (int i = 0; i < 16; i++) memcpy(dst + 32 * i, &r[i], 64);
+}
+
+// Packs 16-row group mi (rows m0..) and k-group kj of op(A) (element (m, k) = A[m*rs + k*cs]).
+AMX_TARGET static void pack_a_tile(uint16_t *dst, const float *A, long rs, long cs, int rows, int n_k, __m512 alpha) {
+    __m512i r[16];
+    if (cs == 1) {
+        lines_along_k(r, A, rs, rows, n_k, alpha);
+    } else {  // A stored k-major: pair rows of k, then transpose to rows of m
+        pairs_across_k(r, A, cs, rows, n_k, alpha);
+        transpose16x16(r);
+    }
+    store_tile(dst, r);
+}
+
+// Packs 16-column group and k-group of op(B) (element (k, n) = B[k*rs + n*cs]).
+AMX_TARGET static void pack_b_tile(uint16_t *dst, const float *B, long rs, long cs, int cols, int n_k) {
+    __m512i r[16];
+    __m512 one = _mm512_set1_ps(1.0f);
+    if (rs == 1) {  // B stored n-major (trans_b): each column's k run is contiguous
+        lines_along_k(r, B, cs, cols, n_k, one);
+        transpose16x16(r);
+    } else {
+        pairs_across_k(r, B, rs, cols, n_k, one);
+    }
+    store_tile(dst, r);
+}
+
+// C block (32 x 32 at c, leading dimension ldc; m x n valid) += or = the product of packed A tiles
+// (ai, ai + KT) and B tiles (bj, bj + KT) over KT k-groups.
+AMX_TARGET static void micro_kernel(const uint16_t *ap, const uint16_t *bp, int KT, float *c, int ldc, int m, int n,
+                                    int accumulate) {
+    const uint16_t *a1 = ap + (size_t)KT * TILE_ELEMS, *b1 = bp + (size_t)KT * TILE_ELEMS;
+    int full = m == 32 && n == 32;
+    float tmp[32 * 32] __attribute__((aligned(64)));
+    if (full && accumulate) {
+        _tile_loadd(0, c, ldc * 4);
+        _tile_loadd(1, c + 16, ldc * 4);
+        _tile_loadd(2, c + (long)16 * ldc, ldc * 4);
+        _tile_loadd(3, c + (long)16 * ldc + 16, ldc * 4);
+    } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+    }
+    for (int kj = 0; kj < KT; kj++) {
+        _tile_loadd(4, ap + (size_t)kj * TILE_ELEMS, 64);
+        _tile_loadd(6, bp + (size_t)kj * TILE_ELEMS, 64);
+        _tile_loadd(5, a1 + (size_t)kj * TILE_ELEMS, 64);
+        _tile_loadd(7, b1 + (size_t)kj * TILE_ELEMS, 64);
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    if (full) {
+        _tile_stored(0, c, ldc * 4);
+        _tile_stored(1, c + 16, ldc * 4);
+        _tile_stored(2, c + (long)16 * ldc, ldc * 4);
+        _tile_stored(3, c + (long)16 * ldc + 16, ldc * 4);
+        return;
+    }
+    _tile_stored(0, tmp, 128);
+    _tile_stored(1, tmp + 16, 128);
+    _tile_stored(2, tmp + 16 * 32, 128);
+    _tile_stored(3, tmp + 16 * 32 + 16, 128);
+    for (int i = 0; i < m; i++)
+        for (int j = 0; j < n; j++) c[(long)i * ldc + j] = accumulate ? c[(long)i * ldc + j] + tmp[i * 32 + j] : tmp[i * 32 + j];
+}
+
+AMX_TARGET static void gemm_bf16_amx(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                                     int lda, const float *B, int ldb, float beta, float *C, int ldc, int nthreads) {
+    long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
+    long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
+    int MT = (M + 31) / 32 * 2, NT = (N + 31) / 32 * 2, KT = (K + 31) / 32;  // 16-row/col and 32-k groups
+    int team = nthreads > 1;
+    uint16_t *a_pack = grow(team ? &team_a : &thread_a, sizeof(uint16_t) * TILE_ELEMS * (size_t)MT * KT);
+    uint16_t *b_pack = grow(team ? &team_b : &thread_b, sizeof(uint16_t) * TILE_ELEMS * (size_t)NT * KT);
+    int accumulate = beta != 0.0f;
+    __m512 va = _mm512_set1_ps(alpha);
+#pragma omp parallel num_threads(nthreads) if (team)
+    {
+        configure_tiles();
+        if (beta != 0.0f && beta != 1.0f) {
+#pragma omp for schedule(static)
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
+        }
+#pragma omp for schedule(static) nowait
+        for (int t = 0; t < NT * KT; t++) {
+            int nj = t / KT, kj = t % KT;
+            pack_b_tile(b_pack + (size_t)t * TILE_ELEMS, B + (long)kj * 32 * rs_b + (long)nj * 16 * cs_b, rs_b, cs_b,
+                        N - nj * 16, K - kj * 32);
+        }
+#pragma omp for schedule(static)
+        for (int t = 0; t < MT * KT; t++) {
+            int mi = t / KT, kj = t % KT;
+            pack_a_tile(a_pack + (size_t)t * TILE_ELEMS, A + (long)mi * 16 * rs_a + (long)kj * 32 * cs_a, rs_a, cs_a,
+                        M - mi * 16, K - kj * 32, va);
+        }
+        // blocks of 32x32, swept MC_ROWS rows of A at a time so the A block stays in cache across B
+        int m_blocks = MT / 2, n_blocks = NT / 2, mc_blocks = MC_ROWS / 32;
+        for (int mb0 = 0; mb0 < m_blocks; mb0 += mc_blocks) {
+            int mbn = m_blocks - mb0 < mc_blocks ? m_blocks - mb0 : mc_blocks;
+#pragma omp for schedule(static) collapse(2)
+            for (int nb = 0; nb < n_blocks; nb++)
+                for (int mb = mb0; mb < mb0 + mbn; mb++) {
+                    int m = M - mb * 32 < 32 ? M - mb * 32 : 32, n = N - nb * 32 < 32 ? N - nb * 32 : 32;
+                    micro_kernel(a_pack + (size_t)mb * 2 * KT * TILE_ELEMS, b_pack + (size_t)nb * 2 * KT * TILE_ELEMS,
+                                 KT, C + (long)mb * 32 * ldc + nb * 32, ldc, m, n, accumulate);
+                }
+        }
+    }
+}
+
+void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc) {
+    if (M <= 0 || N <= 0) return;
+    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (K <= 0 || alpha == 0.0f || !bf16_path) {
+        if (K <= 0 || alpha == 0.0f) {
+            cpu_gemm(trans_a, trans_b, M, N, K > 0 ? K : 0, alpha, A, lda, B, ldb, beta, C, ldc);
+            return;
+        }
+        gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
+    double flops = 2.0 * M * N * (double)K;
+    gemm_bf16_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, flops < 4e6 ? 1 : nthreads);
+}
