@@ -240,3 +240,4 @@ done
 bash "$(dirname "$0")/fsdp_strategies.sh"
 bash "$(dirname "$0")/ckpt_bench.sh"
 bash "$(dirname "$0")/memory_bench.sh"
+bash "$(dirname "$0")/precision.sh"

@@ -43,6 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--ddp", action="store_true",
                    help="2 processes, gloo DDP, batch/2 per rank, 1 thread per rank")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--bf16", action="store_true",
+                   help="torch.autocast('cpu', dtype=torch.bfloat16) around the forward (bf16 matmuls via oneDNN)")
     return p.parse_args(argv)
 
 
@@ -141,7 +143,8 @@ def train(args, rank=0, world=1):
 
     def step():
         data = torch.randint(0, args.vocab, (B, args.seq + 1), generator=g)
-        loss = model(data[:, :-1], data[:, 1:])
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = model(data[:, :-1], data[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
