@@ -2,6 +2,7 @@
 // benchmark model runs, on the OpenMP threads given by OMP_NUM_THREADS.
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/timer.h"
 #include "kernels/kernels.h"
@@ -15,10 +16,11 @@ int main(void) {
         {0, 1, 256, 256, 64, "attention QK^T"},
     };
     // fp32: our kernel, OpenBLAS; bf16 operands with fp32 accumulation: AMX (where present), emulated
-    const char *paths[] = {"avx512", "openblas", "bf16", "bf16-emulate"};
-    for (size_t p = 0; p < 4; p++) {
+    const char *paths[] = {"avx512", "openblas", "amx", "avx512bf16", "emulate"};
+    for (size_t p = 0; p < 5; p++) {
         int bf16 = p >= 2;
-        if (bf16) cpu_gemm_bf16_select(p == 3 ? "emulate" : NULL);
+        if (bf16) cpu_gemm_bf16_select(paths[p]);
+        if (bf16 && strcmp(cpu_gemm_bf16_name(), paths[p]) != 0) continue;  // the CPU lacks this path
         else cpu_gemm_select(paths[p]);
         cpu_gemm_select(p == 1 ? "openblas" : "avx512");
         for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {

@@ -98,13 +98,14 @@ void cpu_gemm_select(const char *name);
 const char *cpu_gemm_name(void);
 int cpu_sgemm_avx512_available(void);
 // C = alpha * op(A) @ op(B) + beta * C with A and B rounded to bf16 (nearest even) and fp32
-// accumulation: Intel AMX tiles where the CPU and kernel allow them, else bf16-rounded copies through
-// the fp32 GEMM (same products, other summation order). FSDP_GEMM_BF16=amx|emulate sets the path at
-// first use; cpu_gemm_bf16_select does so explicitly ("emulate", or NULL for the best available).
+// accumulation: Intel AMX tiles where the CPU and kernel allow them, else the AVX-512 VDPBF16PS
+// instruction, else bf16-rounded copies through the fp32 GEMM (same products, other summation
+// order). FSDP_GEMM_BF16=amx|avx512bf16|emulate sets the path at first use; cpu_gemm_bf16_select does
+// so explicitly (a path the CPU lacks falls back to the best below it; NULL: the best available).
 void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc);
 void cpu_gemm_bf16_select(const char *name);
-const char *cpu_gemm_bf16_name(void);  // "amx" or "emulate"
+const char *cpu_gemm_bf16_name(void);  // "amx", "avx512bf16" or "emulate"
 // Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region).
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc, int nthreads);

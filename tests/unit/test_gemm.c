@@ -147,8 +147,9 @@ int main(void) {
                     cases++;
                 }
     int bf16_cases = 0;
-    const char *bf16_paths[] = {NULL, "emulate"};  // NULL: the best available (AMX here when present)
-    for (int p = 0; p < 2; p++)
+    // NULL: the best available (AMX where present); avx512bf16 falls back to the best below it
+    const char *bf16_paths[] = {NULL, "avx512bf16", "emulate"};
+    for (int p = 0; p < 3; p++)
         for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)
             for (int ta = 0; ta < 2; ta++)
                 for (int tb = 0; tb < 2; tb++)
@@ -158,15 +159,20 @@ int main(void) {
                         bf16_cases++;
                     }
     int big[][3] = {{512, 1536, 512}, {300, 520, 1100}, {64, 64, 64}};
-    for (int s = 0; s < 3; s++)
-        for (int ta = 0; ta < 2; ta++)
-            for (int tb = 0; tb < 2; tb++) CHECK(run_case_bf16(NULL, ta, tb, big[s][0], big[s][1], big[s][2], 1.0f, (float)(s % 2)));
+    for (int p = 0; p < 2; p++)
+        for (int s = 0; s < 3; s++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++)
+                    CHECK(run_case_bf16(bf16_paths[p], ta, tb, big[s][0], big[s][1], big[s][2], 1.0f, (float)(s % 2)));
+    char used[64] = "";
+    for (int p = 0; p < 3; p++) {
+        cpu_gemm_bf16_select(bf16_paths[p]);
+        CHECK(bf16_rounds_operands());
+        strcat(used, cpu_gemm_bf16_name());
+        strcat(used, p < 2 ? ", " : "");
+    }
     cpu_gemm_bf16_select(NULL);
-    CHECK(bf16_rounds_operands());
-    cpu_gemm_bf16_select("emulate");
-    CHECK(bf16_rounds_operands());
-    cpu_gemm_bf16_select(NULL);
-    printf("bf16 GEMM: %d cases on the %s path and the emulated one\n", bf16_cases / 2, cpu_gemm_bf16_name());
+    printf("bf16 GEMM: %d cases on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");
     TEST_MAIN_END();

@@ -3,10 +3,13 @@
 // (the products of two bf16 values are exact in fp32, so every path computes the same products and
 // differs only in summation order).
 //
-// Paths, chosen at run time (FSDP_GEMM_BF16=amx|emulate overrides):
-//   amx      Intel AMX tiles (TDPBF16PS: a 16x32 by 32x16 bf16 product per instruction) where the CPU
-//            has amx_bf16 and the kernel grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
-//   emulate  anywhere: operands rounded to bf16 into fp32 copies, then the fp32 GEMM.
+// Paths, chosen at run time (FSDP_GEMM_BF16=amx|avx512bf16|emulate overrides; the best available is
+// the default):
+//   amx         Intel AMX tiles (TDPBF16PS: a 16x32 by 32x16 bf16 product per instruction) where the CPU
+//               has amx_bf16 and the kernel grants the tile state (arch_prctl ARCH_REQ_XCOMP_PERM).
+//   avx512bf16  the AVX-512 dot-product instruction VDPBF16PS (pairs of bf16 products into fp32 lanes;
+//               Cooper Lake, Sapphire Rapids, Zen 4/5), on the same packed panels.
+//   emulate     anywhere: operands rounded to bf16 into fp32 copies, then the fp32 GEMM.
 //
 // AMX layout. Packed A: tiles of 16 rows x 32 k (bf16); tile (mi, kj) at a + (mi * KT + kj) * 512.
 // Packed B: tiles of 16 k-pairs x 16 columns x 2 (the VNNI pair layout TDPBF16PS reads); tile (nj, kj)
@@ -28,15 +31,24 @@
 #define TILE_ELEMS 512  // bf16 values per packed 16x32 tile (1 KiB)
 #define MC_ROWS 512     // rows of packed A swept per pass over B (keeps the A block in L2)
 
-static int bf16_path = -1;  // 0 emulate, 1 amx; -1 not decided
+enum { PATH_EMULATE, PATH_AVX512BF16, PATH_AMX };
+static int bf16_path = -1;  // -1: not decided yet
+
+static int avx512bf16_available(void) {
+#if defined(__x86_64__)
+    unsigned a, b, c, d;
+    if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw")) return 0;
+    return __get_cpuid_count(7, 1, &a, &b, &c, &d) && ((a >> 5) & 1);  // CPUID.(7,1):EAX[5] avx512_bf16
+#else
+    return 0;
+#endif
+}
 
 static int amx_available(void) {
 #if defined(__x86_64__)
     unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
-    int tile = (d >> 24) & 1, bf16 = (d >> 22) & 1;
-    if (!tile || !bf16 || !__builtin_cpu_supports("avx512bw")) return 0;
-    if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !((a >> 5) & 1)) return 0;  // avx512_bf16 (packing)
+    if (!avx512bf16_available() || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;  // packing uses avx512_bf16
+    if (!((d >> 24) & 1) || !((d >> 22) & 1)) return 0;                                   // amx_tile, amx_bf16
     // Linux keeps the 8 KiB tile state off until a process asks for it (ARCH_REQ_XCOMP_PERM, XTILEDATA)
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
 #else
@@ -45,13 +57,15 @@ static int amx_available(void) {
 }
 
 void cpu_gemm_bf16_select(const char *name) {
-    if (name && strcmp(name, "emulate") == 0) bf16_path = 0;
-    else bf16_path = amx_available();
+    int best = amx_available() ? PATH_AMX : avx512bf16_available() ? PATH_AVX512BF16 : PATH_EMULATE;
+    if (name && strcmp(name, "emulate") == 0) bf16_path = PATH_EMULATE;
+    else if (name && strcmp(name, "avx512bf16") == 0) bf16_path = best >= PATH_AVX512BF16 ? PATH_AVX512BF16 : best;
+    else bf16_path = best;
 }
 
 const char *cpu_gemm_bf16_name(void) {
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
-    return bf16_path ? "amx" : "emulate";
+    return bf16_path == PATH_AMX ? "amx" : bf16_path == PATH_AVX512BF16 ? "avx512bf16" : "emulate";
 }
 
 // Scratch: per thread for one-thread calls (attention runs GEMMs inside a parallel region), shared
@@ -249,8 +263,46 @@ AMX_TARGET static void micro_kernel(const uint16_t *ap, const uint16_t *bp, int 
         for (int j = 0; j < n; j++) c[(long)i * ldc + j] = accumulate ? c[(long)i * ldc + j] + tmp[i * 32 + j] : tmp[i * 32 + j];
 }
 
-AMX_TARGET static void gemm_bf16_amx(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                                     int lda, const float *B, int ldb, float beta, float *C, int ldc, int nthreads) {
+// The same 32x32 block with VDPBF16PS: eight rows at a time, each row's two 16-column halves in two
+// accumulators (16 of the 32 vector registers); B's pair rows are loaded once per eight rows and A's
+// pairs are broadcast from the packed A tile (row r, pair p at a 32-bit offset r * 16 + p).
+AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_t *bp, int KT, float *c, int ldc,
+                                               int m, int n, int accumulate) {
+    const uint16_t *b1 = bp + (size_t)KT * TILE_ELEMS;
+    for (int r0 = 0; r0 < m; r0 += 8) {
+        const uint16_t *a_tile = ap + (size_t)(r0 / 16) * KT * TILE_ELEMS;  // the 16-row group of rows r0..
+        int rl = r0 % 16, rows = m - r0 < 8 ? m - r0 : 8;
+        __m512 acc[8][2];
+        for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+        for (int kj = 0; kj < KT; kj++) {
+            const uint32_t *a = (const uint32_t *)(a_tile + (size_t)kj * TILE_ELEMS) + rl * 16;
+            const uint16_t *bt0 = bp + (size_t)kj * TILE_ELEMS, *bt1 = b1 + (size_t)kj * TILE_ELEMS;
+            for (int p = 0; p < 16; p++) {
+                __m512bh v0 = (__m512bh)_mm512_load_si512(bt0 + 32 * p), v1 = (__m512bh)_mm512_load_si512(bt1 + 32 * p);
+                for (int r = 0; r < 8; r++) {
+                    __m512bh va = (__m512bh)_mm512_set1_epi32((int)a[r * 16 + p]);
+                    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], va, v0);
+                    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], va, v1);
+                }
+            }
+        }
+        __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
+        for (int r = 0; r < rows; r++) {
+            float *row = c + (long)(r0 + r) * ldc;
+            if (accumulate) {
+                acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, row));
+                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, row + 16));
+            }
+            _mm512_mask_storeu_ps(row, m0, acc[r][0]);
+            _mm512_mask_storeu_ps(row + 16, m1, acc[r][1]);
+        }
+    }
+}
+
+// Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
+AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                                        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
+                                        int nthreads) {
     long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
     long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
     int MT = (M + 31) / 32 * 2, NT = (N + 31) / 32 * 2, KT = (K + 31) / 32;  // 16-row/col and 32-k groups
@@ -261,7 +313,7 @@ AMX_TARGET static void gemm_bf16_amx(int trans_a, int trans_b, int M, int N, int
     __m512 va = _mm512_set1_ps(alpha);
 #pragma omp parallel num_threads(nthreads) if (team)
     {
-        configure_tiles();
+        if (use_amx) configure_tiles();
         if (beta != 0.0f && beta != 1.0f) {
 #pragma omp for schedule(static)
             for (int i = 0; i < M; i++)
@@ -287,8 +339,11 @@ AMX_TARGET static void gemm_bf16_amx(int trans_a, int trans_b, int M, int N, int
             for (int nb = 0; nb < n_blocks; nb++)
                 for (int mb = mb0; mb < mb0 + mbn; mb++) {
                     int m = M - mb * 32 < 32 ? M - mb * 32 : 32, n = N - nb * 32 < 32 ? N - nb * 32 : 32;
-                    micro_kernel(a_pack + (size_t)mb * 2 * KT * TILE_ELEMS, b_pack + (size_t)nb * 2 * KT * TILE_ELEMS,
-                                 KT, C + (long)mb * 32 * ldc + nb * 32, ldc, m, n, accumulate);
+                    const uint16_t *ap = a_pack + (size_t)mb * 2 * KT * TILE_ELEMS;
+                    const uint16_t *bp = b_pack + (size_t)nb * 2 * KT * TILE_ELEMS;
+                    float *cb = C + (long)mb * 32 * ldc + nb * 32;
+                    if (use_amx) micro_kernel(ap, bp, KT, cb, ldc, m, n, accumulate);
+                    else micro_kernel_avx512bf16(ap, bp, KT, cb, ldc, m, n, accumulate);
                 }
         }
     }
@@ -298,7 +353,7 @@ void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, c
                    const float *B, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
-    if (K <= 0 || alpha == 0.0f || !bf16_path) {
+    if (K <= 0 || alpha == 0.0f || bf16_path == PATH_EMULATE) {
         if (K <= 0 || alpha == 0.0f) {
             cpu_gemm(trans_a, trans_b, M, N, K > 0 ? K : 0, alpha, A, lda, B, ldb, beta, C, ldc);
             return;
@@ -308,5 +363,6 @@ void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, c
     }
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
-    gemm_bf16_amx(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, flops < 4e6 ? 1 : nthreads);
+    gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+                     flops < 4e6 ? 1 : nthreads);
 }
