@@ -68,3 +68,11 @@ fi
 echo
 echo "== GEMM rates on the benchmark model's shapes (2 threads)"
 OMP_NUM_THREADS=2 "$BUILD/bin/gemm-bench"
+
+echo
+echo "== our bf16 GEMM against oneDNN's matmul (2 threads)"
+if [ -x "$BUILD/bin/dnnl-bench" ]; then
+  OMP_NUM_THREADS=2 "$BUILD/bin/dnnl-bench"
+else
+  echo "oneDNN not found at build time: apt-get install libdnnl-dev, then rebuild (cmake finds it) to compare"
+fi

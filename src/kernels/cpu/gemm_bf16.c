@@ -116,10 +116,9 @@ typedef struct {
     uint8_t rows[16];
 } tile_config;
 
-static _Thread_local int tiles_configured;
-
+// Loaded at the start of every call and released at its end: another library on the same thread
+// (oneDNN, PyTorch) may release or reconfigure the tiles between our calls.
 AMX_TARGET static void configure_tiles(void) {
-    if (tiles_configured) return;
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -128,7 +127,6 @@ AMX_TARGET static void configure_tiles(void) {
         cfg.rows[t] = 16;
     }
     _tile_loadconfig(&cfg);
-    tiles_configured = 1;
 }
 
 static inline __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <= 0 ? 0 : (1u << n) - 1); }
@@ -346,6 +344,7 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
                     else micro_kernel_avx512bf16(ap, bp, KT, cb, ldc, m, n, accumulate);
                 }
         }
+        if (use_amx) _tile_release();
     }
 }
 
