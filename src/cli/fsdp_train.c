@@ -298,12 +298,15 @@ static int run(train_options *o, fsdp_comm *world) {
             return 130;
         }
     }
+    fsdp_os_memory os;
+    fsdp_mem_os_usage(&os);
     if (o->steps - start_step > 1 && R == 0)
-        printf("mean (steps %d..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB)\n",
+        printf("mean (steps %d..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB, "
+               "data pss %.1f MiB)\n",
                start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
                (double)tokens_per_step * (o->steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
-               (double)fsdp_mem_os_peak_rss() / 1048576.0);
+               (double)os.peak_rss / 1048576.0, (double)os.data_pss / 1048576.0);
     if (R == 0) fsdp_trace_report(stdout, N);
     if (o->fsdp.summary && R == 0)  // measured, to hold against fsdp-plan's prediction (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
@@ -311,6 +314,10 @@ static int run(train_options *o, fsdp_comm *world) {
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS), fsdp_mem_peak(FSDP_MEM_COMM),
                fsdp_mem_peak_total(), fsdp_comm_bytes_sent(fs) / (o->steps - start_step > 0 ? o->steps - start_step : 1));
+    if (o->fsdp.summary && R == 0)  // what the OS says, by kind (fsdp_os_memory)
+        printf("os memory rank 0: peak_rss %zu rss %zu anon %zu shmem %zu file %zu pss_anon %zu pss_shmem %zu "
+               "pss_file %zu data_pss %zu\n",
+               os.peak_rss, os.rss, os.anon, os.shmem, os.file, os.pss_anon, os.pss_shmem, os.pss_file, os.data_pss);
     if (o->trace_path) {
         if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) return fail(fsdp_last_error());
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);

@@ -4,6 +4,7 @@
 
 #include <malloc.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +95,37 @@ size_t fsdp_mem_os_peak_rss(void) {
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (size_t)ru.ru_maxrss * 1024;
+}
+
+// Adds the "Key:   N kB" values of the keys asked for in a /proc file; returns how many were found.
+static int read_kb_fields(const char *path, const char *const *keys, size_t *const *out, int n) {
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    char line[256];
+    int found = 0;
+    while (fgets(line, sizeof line, f))
+        for (int i = 0; i < n; i++) {
+            size_t len = strlen(keys[i]);
+            unsigned long long kb;
+            if (strncmp(line, keys[i], len) == 0 && line[len] == ':' && sscanf(line + len + 1, "%llu", &kb) == 1) {
+                *out[i] = (size_t)kb * 1024;
+                found++;
+            }
+        }
+    fclose(f);
+    return found;
+}
+
+int fsdp_mem_os_usage(fsdp_os_memory *m) {
+    memset(m, 0, sizeof *m);
+    const char *status_keys[] = {"VmHWM", "VmRSS", "RssAnon", "RssFile", "RssShmem"};
+    size_t *status_out[] = {&m->peak_rss, &m->rss, &m->anon, &m->file, &m->shmem};
+    const char *pss_keys[] = {"Pss_Anon", "Pss_File", "Pss_Shmem"};
+    size_t *pss_out[] = {&m->pss_anon, &m->pss_file, &m->pss_shmem};
+    int a = read_kb_fields("/proc/self/status", status_keys, status_out, 5);
+    int b = read_kb_fields("/proc/self/smaps_rollup", pss_keys, pss_out, 3);
+    m->data_pss = m->pss_anon + m->pss_shmem;
+    if (a == 5 && b == 3) return 0;
+    m->peak_rss = fsdp_mem_os_peak_rss();
+    return -1;
 }

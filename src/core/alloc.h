@@ -39,3 +39,17 @@ size_t fsdp_mem_current_total(void);
 size_t fsdp_mem_peak_total(void);
 void fsdp_mem_reset_peaks(void);  // peaks := current
 size_t fsdp_mem_os_peak_rss(void);  // from getrusage, bytes
+
+// What the OS reports for this process now (Linux /proc/self/status and smaps_rollup), in bytes.
+// RSS counts every page mapped, so on a node it also counts the peers' shared-memory pages this rank
+// reads (zero-copy collectives) and the code of every library; the proportional set size (PSS)
+// splits each shared page among the processes that map it, so the ranks' PSS values add up to the
+// node's memory. data_pss = anonymous + shared-memory PSS: the data a rank really holds.
+typedef struct {
+    size_t peak_rss, rss;         // VmHWM, VmRSS
+    size_t anon, file, shmem;     // RssAnon, RssFile (code, libraries, mapped files), RssShmem
+    size_t pss_anon, pss_file, pss_shmem;
+    size_t data_pss;              // pss_anon + pss_shmem
+} fsdp_os_memory;
+// Returns 0 and fills *m, or -1 where /proc is not readable (fields then 0, peak_rss from getrusage).
+int fsdp_mem_os_usage(fsdp_os_memory *m);
