@@ -11,10 +11,18 @@
 #include "kernels/kernels.h"
 #include "prof/trace.h"
 
-static void bind_params(fsdp_unit *u, float *flat, int grads) {
+// Points u's parameters (or their gradients) at their places in a flat buffer (NULL: unbinds them).
+// Parameters gathered in bf16 (param_dtype) are bound as bf16 views.
+static void bind_params(const fsdp_state *s, fsdp_unit *u, float *flat, int grads) {
+    int b16 = !grads && s->cfg.param_dtype == FSDP_BF16;
     for (int i = 0; i < u->n_params; i++) {
-        if (grads) u->params[i]->grad = flat ? flat + u->offsets[i] : NULL;
-        else u->params[i]->data = flat ? flat + u->offsets[i] : NULL;
+        nn_param *p = u->params[i];
+        if (grads) {
+            p->grad = flat ? flat + u->offsets[i] : NULL;
+        } else {
+            p->data = flat && !b16 ? flat + u->offsets[i] : NULL;
+            p->data_b16 = flat && b16 ? (const fsdp_bf16 *)flat + u->offsets[i] : NULL;
+        }
     }
 }
 
@@ -42,12 +50,6 @@ fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src
     return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
 }
 
-// dst (n,) = src (n,) rounded to bf16 (nearest even), kept as fp32
-static void round_to_bf16(float *dst, const float *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) dst[i] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(src[i]));
-}
-
 // acc (n,) += src (n,) bf16
 static void add_bf16(float *acc, const uint16_t *src, size_t n) {
 #pragma omp parallel for schedule(static) if (n > 65536)
@@ -67,7 +69,7 @@ static float *take_buffer(fsdp_state *s, const fsdp_unit *u) {
             s->pool_busy[i] = 1;
             return s->pool[i];
         }
-    return fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+    return fsdp_alloc(fsdp_dtype_size(s->cfg.param_dtype) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
 }
 
 static void give_buffer(fsdp_state *s, float *buf) {
@@ -95,10 +97,10 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
         u->full = u->shard;  // replicated: the shard is the whole flat parameter
         return FSDP_OK;
     }
-    if (s->replicated) {  // param_dtype bf16: compute sees the bf16-rounded values
+    if (s->replicated) {  // param_dtype bf16: a bf16 copy of the replica
         u->full = take_buffer(s, u);
         if (!u->full) return FSDP_ERR_NOMEM;
-        round_to_bf16(u->full, u->shard, (size_t)u->padded);
+        fsdp_f32_to_bf16_array((fsdp_bf16 *)u->full, u->shard, (size_t)u->padded);
         return FSDP_OK;
     }
     if (respect_limit && s->cfg.limit_all_gathers > 0 && unsharded_block_units(s) >= s->cfg.limit_all_gathers)
@@ -115,11 +117,10 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     double t0 = fsdp_now_sec();
     fsdp_status st;
     if (u->offloaded) fsdp_offload_prefetch(u->shard, sizeof(float) * (size_t)u->shard_numel);
-    if (lp) {  // gathered as bf16 into the upper half of `full`; fsdp_unshard widens it in place
-        uint16_t *gathered = (uint16_t *)u->full + u->padded;  // (padded,) bf16
-        uint16_t *mine = u->shard_lp ? u->shard_lp : gathered + u->shard_begin;
+    if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered
+        fsdp_bf16 *gathered = (fsdp_bf16 *)u->full;  // (padded,)
+        fsdp_bf16 *mine = u->shard_lp ? u->shard_lp : gathered + u->shard_begin;
         fsdp_f32_to_bf16_array(mine, u->shard, (size_t)u->shard_numel);
-        u->lp_pending = 1;
         st = fsdp_iall_gather(s->shard_comm, mine, gathered, (size_t)u->shard_numel, FSDP_BF16, &u->gather);
     } else if (u->shard_shared) {  // zero-copy: the peers' shards are read where they live
         st = fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
@@ -142,11 +143,7 @@ fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
         s->comm_wait_seconds += fsdp_now_sec() - t0;
         FSDP_CHECK(st);
     }
-    if (u->lp_pending) {
-        fsdp_bf16_to_f32_in_place(u->full, (size_t)u->padded);
-        u->lp_pending = 0;
-    }
-    bind_params(u, u->full, 0);
+    bind_params(s, u, u->full, 0);
     return FSDP_OK;
 }
 
@@ -155,11 +152,10 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
         fsdp_comm_wait(u->gather);
         u->gather = NULL;
     }
-    u->lp_pending = 0;
     if (!u->full) return;
     if (u->full != u->shard) give_buffer(s, u->full);
     u->full = NULL;
-    bind_params(u, NULL, 0);
+    bind_params(s, u, NULL, 0);
     (void)s;
 }
 
@@ -177,7 +173,7 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
         u->full_grad = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
         if (!u->full_grad) return FSDP_ERR_NOMEM;
     }
-    bind_params(u, u->full_grad, 1);
+    bind_params(s, u, u->full_grad, 1);
     (void)s;
     return FSDP_OK;
 }
@@ -185,7 +181,7 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
 // Reduces this micro-step's unsharded gradients into the gradient shard (average over all ranks),
 // or keeps them for later under no_sync.
 fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
-    bind_params(u, NULL, 1);
+    bind_params(s, u, NULL, 1);
     if (!u->full_grad) return FSDP_OK;
     if (!s->sync) {
         u->grad_pending = 1;

@@ -16,6 +16,7 @@ struct fsdp_unit {
     float *shard;            // (shard_numel,) fp32 master parameters          FSDP_MEM_PARAMS
     float *shard_grad;       // (shard_numel,) reduced gradients               FSDP_MEM_GRADS
     float *full;             // (padded,) gathered parameters, NULL when resharded  FSDP_MEM_UNSHARDED
+                             // (fsdp_bf16 values under param_dtype bf16)
     float *full_grad;        // (padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
     int grad_pending;        // full_grad holds gradients not yet reduced (no_sync)
     int64_t opt_offset;      // where the unit's shard sits in the optimizer state
@@ -24,9 +25,8 @@ struct fsdp_unit {
     int offloaded;           // shard and shard_grad are mappings under --offload-dir
     int grad_staged;         // full_grad is one of the state's shared staging buffers
     int order_pos;           // position in the recorded forward order, -1 before it is known
-    uint16_t *shard_lp;      // (shard_numel,) bf16 copy of the shard for a param_dtype bf16 all-gather
+    fsdp_bf16 *shard_lp;     // (shard_numel,) bf16 copy of the shard for a param_dtype bf16 all-gather
                              // from shared memory (zero-copy), or NULL                  FSDP_MEM_COMM
-    int lp_pending;          // `full` holds the bf16 gather in its upper half, not yet widened to fp32
 };
 
 #define FSDP_PAD_ALIGN 16  // shards are multiples of 16 floats (64 bytes)
@@ -56,11 +56,11 @@ struct fsdp_state {
     float *opt_map[2];        // --offload-dir: the mapped AdamW moments (m, v), or NULL
     // preallocated unshard buffers, so the peak is the same every step: `pool_n` buffers of the
     // largest block unit (as many as can be unsharded at once) and one for the root unit
-    float *pool[64];          // (pool_n,) each (max block padded,)
+    float *pool[64];          // (pool_n,) each (max block padded,) of param_dtype
     int pool_busy[64];
     int pool_n;
     int64_t pool_floats;
-    float *root_pool;         // (root padded,) or NULL
+    float *root_pool;         // (root padded,) of param_dtype, or NULL
     int debug;                // FSDP_DEBUG: 0 off, 1 INFO, 2 DETAIL
     int desync_rank, desync_unit;  // FSDP_TEST_DESYNC=R:U test hook: rank R issues a stray collective at unit U
     long step;                // optimizer steps taken (for messages)

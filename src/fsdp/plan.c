@@ -43,13 +43,14 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
         p.unsharded = unit_bytes + root_bytes;
-        // param_dtype bf16: a bf16-rounded copy of every unit, kept from forward to backward
-        if (in->param_bf16) p.unsharded += n_block_units * unit_bytes + root_bytes;
+        // param_dtype bf16: a bf16 copy of every unit, kept from forward to backward
+        if (in->param_bf16) p.unsharded += 0.5 * (n_block_units * unit_bytes + root_bytes);
     } else {
         int prefetch = (in->backward_prefetch != 2 || in->forward_prefetch) && in->limit_all_gathers != 1;
         double params_gathered = in->strategy == FSDP_SHARD_GRAD_OP ? n_block_units * unit_bytes
                                                                     : (prefetch ? 2 : 1) * unit_bytes;
-        p.unsharded = 2 * root_bytes + grads_unsharded + params_gathered;
+        double param_scale = in->param_bf16 ? 0.5 : 1.0;  // gathered parameters in param_dtype
+        p.unsharded = param_scale * (root_bytes + params_gathered) + root_bytes + grads_unsharded;
     }
 
     // activations (fp32): each block's buffers (nn/transformer_block.c), the Sequential's backward

@@ -110,7 +110,10 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
         if (!u->shard_lp) return fsdp_error(FSDP_ERR_NOMEM, "out of shared memory for unit %s", u->name);
         fsdp_mem_track(FSDP_MEM_COMM, lp_bytes, +1);
     }
-    for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;  // bound only while unsharded
+    for (int i = 0; i < n; i++) {  // bound only while unsharded
+        params[i]->data = params[i]->grad = NULL;
+        params[i]->data_b16 = NULL;
+    }
     return FSDP_OK;
 }
 
@@ -189,12 +192,12 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
         if (want > 64) want = 64;
         s->pool_floats = max_block;
         for (int i = 0; max_block > 0 && i < want; i++) {
-            s->pool[i] = fsdp_alloc(sizeof(float) * (size_t)max_block, FSDP_MEM_UNSHARDED);
+            s->pool[i] = fsdp_alloc(fsdp_dtype_size(cfg.param_dtype) * (size_t)max_block, FSDP_MEM_UNSHARDED);
             if (!s->pool[i]) return FSDP_ERR_NOMEM;
             s->pool_n++;
         }
         if (s->root) {
-            s->root_pool = fsdp_alloc(sizeof(float) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
+            s->root_pool = fsdp_alloc(fsdp_dtype_size(cfg.param_dtype) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
             if (!s->root_pool) return FSDP_ERR_NOMEM;
         }
     }

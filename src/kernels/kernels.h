@@ -30,6 +30,11 @@ typedef struct fsdp_kernels {
     void (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                  const float *B, int ldb, float beta, float *C, int ldc);
 
+    // As gemm, with B stored as bf16 and A rounded to bf16, fp32 accumulation: how a layer multiplies
+    // by parameters that mixed precision gathered in bf16. Same in every CPU table.
+    void (*gemm_b16)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                     const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
+
     // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,)
     void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
@@ -63,6 +68,9 @@ typedef struct fsdp_kernels {
     // out: (N, C) = table[idx[n]] (+= if accumulate); table: (V, C)
     void (*embedding_forward)(float *out, const int32_t *idx, const float *table, int N, int C,
                               int accumulate);
+    // the same lookup from a bf16 table (V, C)
+    void (*embedding_forward_b16)(float *out, const int32_t *idx, const fsdp_bf16 *table, int N, int C,
+                                  int accumulate);
     // dtable: (V, C) += scattered dout (N, C)
     void (*embedding_backward)(float *dtable, const float *dout, const int32_t *idx, int N, int C);
 
@@ -104,6 +112,10 @@ int cpu_sgemm_avx512_available(void);
 // so explicitly (a path the CPU lacks falls back to the best below it; NULL: the best available).
 void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc);
+// The same with B already in bf16 (parameters gathered in bf16 under mixed precision). B: (K, N) or,
+// with trans_b, (N, K), leading dimension ldb.
+void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                       const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 void cpu_gemm_bf16_select(const char *name);
 const char *cpu_gemm_bf16_name(void);  // "amx", "avx512bf16" or "emulate"
 // Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region).

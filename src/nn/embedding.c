@@ -10,7 +10,8 @@ void nn_embedding_init(nn_embedding *e, nn_params *ps, const char *name, int V, 
 
 void nn_embedding_forward(const fsdp_kernels *k, const nn_embedding *e, float *out, const int32_t *idx,
                           int N, int accumulate) {
-    k->embedding_forward(out, idx, e->weight->data, N, e->C, accumulate);
+    if (e->weight->data_b16) k->embedding_forward_b16(out, idx, e->weight->data_b16, N, e->C, accumulate);
+    else k->embedding_forward(out, idx, e->weight->data, N, e->C, accumulate);
 }
 
 void nn_embedding_backward(const fsdp_kernels *k, const nn_embedding *e, const float *dout,

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -97,14 +98,18 @@ fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, c
     memcpy(m->idx, idx, sizeof(int32_t) * (size_t)N);
     memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
     nn_embedding_forward(k, &m->wte, m->emb, idx, N, 0);
+    float *owned;
+    const float *wpe = nn_param_f32(m->wpe.weight, &owned);
+    if (!wpe) return fsdp_error(FSDP_ERR_NOMEM, "out of memory widening wpe.weight");
     for (int b = 0; b < B; b++)  // positions 0..T-1 for every sequence
-        k->add_inplace(m->emb + (size_t)b * T * C, m->wpe.weight->data, (size_t)T * C);
+        k->add_inplace(m->emb + (size_t)b * T * C, wpe, (size_t)T * C);
+    free(owned);
     k->dropout_forward(m->emb, m->emb, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
                        nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
     const float *x = NULL;
     FSDP_CHECK(nn_sequential_forward(ctx, &m->blocks, m->emb, B, T, &x));
     nn_layernorm_forward(k, &m->ln_f, m->lnf_out, m->lnf_mean, m->lnf_rstd, x, N);
-    k->gemm(0, 1, N, V, C, 1.0f, m->lnf_out, C, m->wte.weight->data, C, 0.0f, m->logits, V);
+    nn_gemm_param(k, 0, 1, N, V, C, m->lnf_out, C, m->wte.weight, C, 0.0f, m->logits, V);
     m->loss = k->cross_entropy_forward(m->losses, m->probs, m->logits, targets, N, V);
     return FSDP_OK;
 }
@@ -114,7 +119,7 @@ fsdp_status nn_gpt2_backward(const nn_ctx *ctx, nn_gpt2 *m, float dloss) {
     int B = m->B, T = m->T, N = B * T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     float *dlogits = m->logits;  // (N, V): logits are not needed any more
     k->cross_entropy_backward(dlogits, m->probs, m->targets, dloss / (float)N, N, V);
-    k->gemm(0, 0, N, C, V, 1.0f, dlogits, V, m->wte.weight->data, C, 0.0f, m->dx, C);  // d lnf_out
+    nn_gemm_param(k, 0, 0, N, C, V, dlogits, V, m->wte.weight, C, 0.0f, m->dx, C);  // d lnf_out
     k->gemm(1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
     const float *x_last = m->blocks.count ? m->blocks.blocks[m->blocks.count - 1].out : m->emb;
     nn_layernorm_backward(k, &m->ln_f, m->demb, m->dx, x_last, m->lnf_mean, m->lnf_rstd, N);

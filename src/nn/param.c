@@ -55,6 +55,14 @@ void nn_params_bind_flat(nn_params *ps, float *data, float *grad) {
     }
 }
 
+const float *nn_param_f32(const nn_param *p, float **owned) {
+    *owned = NULL;
+    if (p->data || !p->data_b16) return p->data;
+    *owned = malloc(sizeof(float) * (size_t)p->numel);
+    if (*owned) fsdp_bf16_to_f32_array(*owned, p->data_b16, (size_t)p->numel);
+    return *owned;
+}
+
 void nn_param_init_slice(const nn_param *p, uint64_t seed, int64_t offset, int64_t n, float *dst) {
     fsdp_rng rng = {seed, fsdp_hash_name(p->name)};
     // chunks are independent: element i's value depends only on (seed, name, offset + i)

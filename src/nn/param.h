@@ -6,6 +6,7 @@
 
 #include "core/rng.h"
 #include "core/status.h"
+#include "tensor/tensor.h"
 
 #define NN_NAME_MAX 128
 
@@ -24,6 +25,7 @@ typedef struct {
     nn_init init;
     float *data;  // (numel,) bound view, not owned
     float *grad;  // (numel,) bound view, not owned
+    const fsdp_bf16 *data_b16;  // (numel,) bf16 view bound instead of `data` (mixed precision), or NULL
 } nn_param;
 
 typedef struct {
@@ -41,6 +43,9 @@ nn_param *nn_params_find(const nn_params *ps, const char *name);
 int64_t nn_params_numel(const nn_params *ps);
 // Binds all parameters, in order, to consecutive views of data and grad. data, grad: (numel total,)
 void nn_params_bind_flat(nn_params *ps, float *data, float *grad);
+// The parameter's values as fp32: `data` when bound in fp32, else its bf16 view widened into a new
+// buffer stored in *owned, which the caller frees (*owned stays NULL otherwise). NULL when out of memory.
+const float *nn_param_f32(const nn_param *p, float **owned);
 // Fills elements [offset, offset + n) of p's initial values (counter-based per name and --seed, so
 // any rank can produce any slice). dst: (n,)
 void nn_param_init_slice(const nn_param *p, uint64_t seed, int64_t offset, int64_t n, float *dst);

@@ -72,7 +72,7 @@ void fsdp_bf16_to_f32_array(float *dst, const fsdp_bf16 *src, size_t n) {
     for (size_t i = 0; i < n; i++) dst[i] = fsdp_bf16_to_f32(src[i]);
 }
 
-// Both in-place conversions go through a stack chunk, so no store can overtake a load it overlaps
+// The in-place conversion goes through a stack chunk, so no store can overtake a load it overlaps
 // (and the compiler need not reason about a float* and a uint16_t* aliasing).
 #define CONVERT_CHUNK 1024
 
@@ -83,16 +83,5 @@ void fsdp_f32_to_bf16_in_place(void *buf, size_t n) {
         const float *src = (const float *)buf + i;  // bytes [4i, 4i + 4m): read before [2i, 2i + 2m) is written
         for (size_t j = 0; j < m; j++) tmp[j] = fsdp_f32_to_bf16(src[j]);
         memcpy((fsdp_bf16 *)buf + i, tmp, sizeof(fsdp_bf16) * m);
-    }
-}
-
-void fsdp_bf16_to_f32_in_place(void *buf, size_t n) {
-    float tmp[CONVERT_CHUNK];
-    const fsdp_bf16 *src = (const fsdp_bf16 *)buf + n;  // bytes [2n, 4n)
-    for (size_t i = 0; i < n; i += CONVERT_CHUNK) {
-        size_t m = n - i < CONVERT_CHUNK ? n - i : CONVERT_CHUNK;
-        // writes [4i, 4i + 4m) never reach the unread bf16 values at [2n + 2(i + m), ...): i + m <= n
-        for (size_t j = 0; j < m; j++) tmp[j] = fsdp_bf16_to_f32(src[i + j]);
-        memcpy((float *)buf + i, tmp, sizeof(float) * m);
     }
 }

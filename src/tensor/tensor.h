@@ -45,7 +45,5 @@ float fsdp_f16_to_f32(uint16_t h);
 uint16_t fsdp_f32_to_f16(float f);
 void fsdp_f32_to_bf16_array(fsdp_bf16 *dst, const float *src, size_t n);
 void fsdp_bf16_to_f32_array(float *dst, const fsdp_bf16 *src, size_t n);
-// In place, in a buffer of 4n bytes: n fp32 values become n bf16 values in its first 2n bytes ...
+// In place, in a buffer of 4n bytes: n fp32 values become n bf16 values in its first 2n bytes.
 void fsdp_f32_to_bf16_in_place(void *buf, size_t n);
-// ... and n bf16 values in its last 2n bytes (from byte 2n) become n fp32 values filling it.
-void fsdp_bf16_to_f32_in_place(void *buf, size_t n);

@@ -71,8 +71,9 @@ static int run_case(const char *path, int threads, int ta, int tb, int M, int N,
 static float bf16_round(float x) { return fsdp_bf16_to_f32(fsdp_f32_to_bf16(x)); }
 
 // The bf16 GEMM against the double reference on bf16-rounded operands (alpha joins A before
-// rounding): only fp32 accumulation error remains, so the same bound holds.
-static int run_case_bf16(const char *path, int ta, int tb, int M, int N, int K, float alpha, float beta) {
+// rounding): only fp32 accumulation error remains, so the same bound holds. b16: B is passed in bf16
+// (cpu_gemm_bf16_b16, how layers multiply by parameters gathered in bf16).
+static int run_case_bf16(const char *path, int b16, int ta, int tb, int M, int N, int K, float alpha, float beta) {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
     long asz = (long)(ta ? K : M) * lda, bsz = (long)(tb ? N : K) * ldb, csz = (long)M * ldc;
     float *A = malloc(sizeof(float) * asz), *B = malloc(sizeof(float) * bsz), *Ar = malloc(sizeof(float) * asz);
@@ -90,7 +91,14 @@ static int run_case_bf16(const char *path, int ta, int tb, int M, int N, int K, 
     memcpy(R, C0, sizeof(float) * csz);
     reference(ta, tb, M, N, K, 1.0f, Ar, lda, Br, ldb, beta, C0, R, bound, ldc);
     cpu_gemm_bf16_select(path);
-    cpu_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (b16) {
+        fsdp_bf16 *Bh = malloc(sizeof(fsdp_bf16) * bsz);
+        fsdp_f32_to_bf16_array(Bh, B, (size_t)bsz);
+        cpu_gemm_bf16_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, C, ldc);
+        free(Bh);
+    } else {
+        cpu_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    }
     double worst = 0.0;
     int untouched_ok = 1;
     for (int i = 0; i < M; i++) {
@@ -103,8 +111,9 @@ static int run_case_bf16(const char *path, int ta, int tb, int M, int N, int K, 
     }
     int ok = worst <= 1.0 && untouched_ok;
     if (!ok)
-        fprintf(stderr, "bf16/%s ta %d tb %d M %d N %d K %d alpha %g beta %g: worst %g untouched %d\n",
-                cpu_gemm_bf16_name(), ta, tb, M, N, K, (double)alpha, (double)beta, worst, untouched_ok);
+        fprintf(stderr, "bf16/%s%s ta %d tb %d M %d N %d K %d alpha %g beta %g: worst %g untouched %d\n",
+                cpu_gemm_bf16_name(), b16 ? " (B in bf16)" : "", ta, tb, M, N, K, (double)alpha, (double)beta, worst,
+                untouched_ok);
     free(A);
     free(B);
     free(Ar);
@@ -155,7 +164,8 @@ int main(void) {
                 for (int tb = 0; tb < 2; tb++)
                     for (int ab = 0; ab < 3; ab++) {
                         int M = sizes[s][0], N = sizes[s][1], K = sizes[s][2];
-                        CHECK(run_case_bf16(bf16_paths[p], ta, tb, M, N, K, alphas[ab], betas[(ab + s) % 3]));
+                        CHECK(run_case_bf16(bf16_paths[p], 0, ta, tb, M, N, K, alphas[ab], betas[(ab + s) % 3]));
+                        CHECK(run_case_bf16(bf16_paths[p], 1, ta, tb, M, N, K, alphas[ab], betas[(ab + s) % 3]));
                         bf16_cases++;
                     }
     int big[][3] = {{512, 1536, 512}, {300, 520, 1100}, {64, 64, 64}};
@@ -163,7 +173,8 @@ int main(void) {
         for (int s = 0; s < 3; s++)
             for (int ta = 0; ta < 2; ta++)
                 for (int tb = 0; tb < 2; tb++)
-                    CHECK(run_case_bf16(bf16_paths[p], ta, tb, big[s][0], big[s][1], big[s][2], 1.0f, (float)(s % 2)));
+                    CHECK(run_case_bf16(bf16_paths[p], s == 1, ta, tb, big[s][0], big[s][1], big[s][2], 1.0f,
+                                        (float)(s % 2)));
     char used[64] = "";
     for (int p = 0; p < 3; p++) {
         cpu_gemm_bf16_select(bf16_paths[p]);
@@ -172,7 +183,7 @@ int main(void) {
         strcat(used, p < 2 ? ", " : "");
     }
     cpu_gemm_bf16_select(NULL);
-    printf("bf16 GEMM: %d cases on each of the paths %s\n", bf16_cases / 3, used);
+    printf("bf16 GEMM: %d cases (B in fp32 and in bf16) on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");
     TEST_MAIN_END();

@@ -30,6 +30,7 @@ void cpu_scale(float *x, float s, size_t n);
 void cpu_bias_add(float *out, const float *bias, int N, int C);
 void cpu_bias_backward(float *dbias, const float *dout, int N, int C);
 void cpu_embedding_forward(float *out, const int32_t *idx, const float *table, int N, int C, int accumulate);
+void cpu_embedding_forward_b16(float *out, const int32_t *idx, const fsdp_bf16 *table, int N, int C, int accumulate);
 void cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, int N, int C);
 double cpu_cross_entropy_forward(float *losses, float *probs, const float *logits,
                                  const int32_t *targets, int N, int V);

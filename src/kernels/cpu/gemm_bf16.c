@@ -97,14 +97,23 @@ static void round_copy(float *dst, const float *src, int rows, int cols, int ld,
             dst[(size_t)r * cols + c] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(scale * src[(size_t)r * ld + c]));
 }
 
+// dst (rows, cols) contiguous = fp32 values of the bf16 src (rows, cols) with leading dimension ld
+static void widen_copy(float *dst, const fsdp_bf16 *src, int rows, int cols, int ld) {
+#pragma omp parallel for schedule(static) if (!omp_in_parallel() && (long)rows * cols > 65536)
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) dst[(size_t)r * cols + c] = fsdp_bf16_to_f32(src[(size_t)r * ld + c]);
+}
+
+// B is fp32 (b_bf16 = 0) or bf16 (b_bf16 = 1)
 static void gemm_bf16_emulated(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
-                               int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+                               int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc) {
     int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
     int team = !omp_in_parallel();
     float *a = grow(team ? &team_a : &thread_a, sizeof(float) * (size_t)ar * ac);
     float *b = grow(team ? &team_b : &thread_b, sizeof(float) * (size_t)br * bc);
     round_copy(a, A, ar, ac, lda, alpha);  // alpha joins A before rounding, as on the AMX path
-    round_copy(b, B, br, bc, ldb, 1.0f);
+    if (b_bf16) widen_copy(b, B, br, bc, ldb);
+    else round_copy(b, B, br, bc, ldb, 1.0f);
     cpu_gemm(trans_a, trans_b, M, N, K, 1.0f, a, ac, b, bc, beta, C, ldc);
 }
 
@@ -189,6 +198,28 @@ AMX_TARGET static void pairs_across_k(__m512i r[16], const float *src, long ld, 
     }
 }
 
+static inline __mmask32 lanes32(int n) { return n >= 32 ? 0xffffffffu : n <= 0 ? 0 : (1u << n) - 1; }
+
+// lines_along_k for a bf16 source: 32 values of a line are already 16 pairs
+AMX_TARGET static void lines_along_k_bf16(__m512i r[16], const fsdp_bf16 *src, long ld, int n_lines, int n_k) {
+    for (int l = 0; l < 16; l++)
+        r[l] = l < n_lines ? _mm512_maskz_loadu_epi16(lanes32(n_k), src + (long)l * ld) : _mm512_setzero_si512();
+}
+
+// pairs_across_k for a bf16 source
+AMX_TARGET static void pairs_across_k_bf16(__m512i r[16], const fsdp_bf16 *src, long ld, int n_lines, int n_k) {
+    const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
+                                                22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    __m256i zero = _mm256_setzero_si256();
+    for (int p = 0; p < 16; p++) {
+        int k = 2 * p;
+        __m256i even = k < n_k ? _mm256_maskz_loadu_epi16(lanes(n_lines), src + (long)k * ld) : zero;
+        __m256i odd = k + 1 < n_k ? _mm256_maskz_loadu_epi16(lanes(n_lines), src + (long)(k + 1) * ld) : zero;
+        __m512i both = _mm512_inserti64x4(_mm512_castsi256_si512(even), odd, 1);  // [even x16 | odd x16]
+        r[p] = _mm512_permutexvar_epi16(interleave, both);
+    }
+}
+
 static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
     for (int i = 0; i < 16; i++) memcpy(dst + 32 * i, &r[i], 64);
 }
@@ -205,13 +236,16 @@ AMX_TARGET static void pack_a_tile(uint16_t *dst, const float *A, long rs, long 
     store_tile(dst, r);
 }
 
-// Packs 16-column group and k-group of op(B) (element (k, n) = B[k*rs + n*cs]).
-AMX_TARGET static void pack_b_tile(uint16_t *dst, const float *B, long rs, long cs, int cols, int n_k) {
+// Packs 16-column group and k-group of op(B) (element (k, n) = B[k*rs + n*cs]); B is fp32 or bf16.
+AMX_TARGET static void pack_b_tile(uint16_t *dst, const void *B, int b_bf16, long rs, long cs, int cols, int n_k) {
     __m512i r[16];
     __m512 one = _mm512_set1_ps(1.0f);
     if (rs == 1) {  // B stored n-major (trans_b): each column's k run is contiguous
-        lines_along_k(r, B, cs, cols, n_k, one);
+        if (b_bf16) lines_along_k_bf16(r, B, cs, cols, n_k);
+        else lines_along_k(r, B, cs, cols, n_k, one);
         transpose16x16(r);
+    } else if (b_bf16) {
+        pairs_across_k_bf16(r, B, rs, cols, n_k);
     } else {
         pairs_across_k(r, B, rs, cols, n_k, one);
     }
@@ -299,8 +333,9 @@ AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_
 
 // Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
 AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                                        const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc,
-                                        int nthreads) {
+                                        const float *A, int lda, const void *B, int b_bf16, int ldb, float beta, float *C,
+                                        int ldc, int nthreads) {
+    size_t b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float);
     long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
     long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
     int MT = (M + 31) / 32 * 2, NT = (N + 31) / 32 * 2, KT = (K + 31) / 32;  // 16-row/col and 32-k groups
@@ -320,8 +355,8 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
 #pragma omp for schedule(static) nowait
         for (int t = 0; t < NT * KT; t++) {
             int nj = t / KT, kj = t % KT;
-            pack_b_tile(b_pack + (size_t)t * TILE_ELEMS, B + (long)kj * 32 * rs_b + (long)nj * 16 * cs_b, rs_b, cs_b,
-                        N - nj * 16, K - kj * 32);
+            const char *src = (const char *)B + ((long)kj * 32 * rs_b + (long)nj * 16 * cs_b) * (long)b_esize;
+            pack_b_tile(b_pack + (size_t)t * TILE_ELEMS, src, b_bf16, rs_b, cs_b, N - nj * 16, K - kj * 32);
         }
 #pragma omp for schedule(static)
         for (int t = 0; t < MT * KT; t++) {
@@ -348,20 +383,31 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
     }
 }
 
-void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                   const float *B, int ldb, float beta, float *C, int ldc) {
+static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                          const void *B, int b_bf16, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
-    if (K <= 0 || alpha == 0.0f || bf16_path == PATH_EMULATE) {
-        if (K <= 0 || alpha == 0.0f) {
-            cpu_gemm(trans_a, trans_b, M, N, K > 0 ? K : 0, alpha, A, lda, B, ldb, beta, C, ldc);
-            return;
-        }
-        gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
+        for (int i = 0; i < M; i++)
+            for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
+        return;
+    }
+    if (bf16_path == PATH_EMULATE) {
+        gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, lda, B, b_bf16, ldb, beta, C, ldc);
         return;
     }
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
-    gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc,
+    gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, lda, B, b_bf16, ldb, beta, C, ldc,
                      flops < 4e6 ? 1 : nthreads);
+}
+
+void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                   const float *B, int ldb, float beta, float *C, int ldc) {
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, lda, B, 0, ldb, beta, C, ldc);
+}
+
+void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                       const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, lda, B, 1, ldb, beta, C, ldc);
 }
