@@ -523,6 +523,10 @@ def flag_cases(s, b, flags, targets, minimal):
     if minimal:
         s.bad(f"{b}: --activation tanh", b, flags + ["--activation", "tanh"], ["--activation", W_CHOICE],
               targets=targets)
+    s.bad(f"{b}: --mixed-precision fp16", b, flags + ["--mixed-precision", "fp16"],
+          ["--mixed-precision", ("fp32|bf16", "one of", "choice")], targets=targets)
+    s.bad(f"{b}: --reduce-dtype f64", b, flags + ["--reduce-dtype", "f64"],
+          ["--reduce-dtype", ("param|fp32|bf16", "one of", "choice")], targets=targets)
     s.bad(f"{b}: unknown flag --bogus", b, flags + ["--bogus"], ["--bogus", W_UNKNOWN], targets=targets)
     s.bad(f"{b}: --steps without a value (at the end)", b, flags + ["--steps"], ["--steps", W_NEEDS_VALUE],
           targets=targets)

@@ -1,6 +1,7 @@
 // test_fsdp_api.c: the FSDP C API beyond the command line: a user wrap callback, the use_orig_params
 // view (named parameters with this rank's piece of each), shard-local initialisation equal to a
-// one-process init, and zero-copy collectives on shared buffers. Plain process and under mpirun.
+// one-process init, zero-copy collectives on shared buffers, and mixed precision: parameters gathered
+// in bf16 compute exactly what their bf16-rounded fp32 values compute. Plain process and under mpirun.
 #include <stdlib.h>
 #include <string.h>
 
@@ -108,6 +109,38 @@ int main(int argc, char **argv) {
     }
     CHECK(bad == 0);
     fsdp_free_state(fs);
+
+    // param_dtype bf16: a forward through FSDP (parameters gathered in bf16, bound as bf16 views) equals
+    // the plain model holding the bf16-rounded values in fp32, on the same bf16 kernel table, bit for bit
+    fsdp_config mp = fsdp_config_default();
+    mp.param_dtype = mp.reduce_dtype = FSDP_BF16;
+    CHECK(fsdp_wrap(&fs, desc, mp, world) == FSDP_OK);
+    CHECK(fsdp_init_params(fs, 11) == FSDP_OK);
+    CHECK(strcmp(fsdp_compute_kernels(fs)->name, "cpu-bf16") == 0);
+    int B = 2, T = 5, C = layer.d_model;
+    float *x = malloc(sizeof(float) * (size_t)B * T * C), *y_fsdp = malloc(sizeof(float) * (size_t)B * T * C);
+    for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = 11};
+    const float *y = NULL;
+    CHECK(fsdp_begin_eval(fs) == FSDP_OK);
+    CHECK(nn_sequential_forward(&ctx, &model.seq, x, B, T, &y) == FSDP_OK);
+    memcpy(y_fsdp, y, sizeof(float) * (size_t)B * T * C);
+    CHECK(fsdp_end_eval(fs) == FSDP_OK);
+    fsdp_free_state(fs);
+    float *flat = calloc((size_t)numel, sizeof(float)), *gflat = calloc((size_t)numel, sizeof(float));
+    nn_params_bind_flat(&model.params, flat, gflat);
+    for (int i = 0; i < model.params.count; i++) {
+        nn_param *p = &model.params.items[i];
+        nn_param_init_slice(p, 11, 0, p->numel, p->data);
+        for (int64_t j = 0; j < p->numel; j++) p->data[j] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(p->data[j]));
+    }
+    CHECK(nn_sequential_forward(&ctx, &model.seq, x, B, T, &y) == FSDP_OK);
+    CHECK(memcmp(y, y_fsdp, sizeof(float) * (size_t)B * T * C) == 0);
+    nn_params_bind_flat(&model.params, NULL, NULL);
+    free(flat);
+    free(gflat);
+    free(x);
+    free(y_fsdp);
     nn_encoder_stack_free(&model);
     int failures = test_failures;
     fsdp_comm_free(world);
