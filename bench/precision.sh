@@ -27,7 +27,7 @@ row() {  # label, log, fp32 tok/s to compare with (or empty)
 }
 
 echo "== fp32 vs bf16 mixed precision, GPT 6L/512/8h, seq 256, 8 sequences per step ($(date -u '+%F %T') UTC)"
-echo "   bf16 GEMM path: $(FSDP_GEMM_BF16= "$BUILD/bin/fsdp-train" --layers 1 --d-model 32 --heads 2 --seq 8 --vocab 64 \
+echo "   bf16 GEMM path: $(FSDP_GEMM_BF16= "$BUILD/bin/fsdp-train" --layers 1 --d-model 32 --heads 2 --seq 8 --vocab 256 \
   --steps 1 --summary --mixed-precision bf16 2>/dev/null | grep -o 'GEMM on [a-z]*')"
 printf '%-46s %10s %9s %12s %14s\n' "run" "tokens/s" "vs fp32" "peak MiB" "sent MiB/step"
 OMP_NUM_THREADS=2 "$BUILD/bin/fsdp-train" $GPT --batch 8 >"$LOGS/prec-1proc-fp32.log" 2>&1
