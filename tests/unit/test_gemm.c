@@ -29,6 +29,21 @@ static void reference(int ta, int tb, int M, int N, int K, float alpha, const fl
         }
 }
 
+// Every C element within its rounding bound (*worst: the largest error as a fraction of it) and the
+// padding columns N..ldc untouched. C, R (reference), C0 (before), bound: (M, ldc).
+static int check_result(const float *C, const float *R, const float *C0, const double *bound, int M, int N, int ldc,
+                        double *worst, int *untouched_ok) {
+    for (int i = 0; i < M; i++) {
+        for (int j = 0; j < N; j++) {
+            double err = fabs((double)C[(long)i * ldc + j] - R[(long)i * ldc + j]) / bound[(long)i * ldc + j];
+            *worst = err > *worst ? err : *worst;
+        }
+        for (int j = N; j < ldc; j++)
+            if (memcmp(&C[(long)i * ldc + j], &C0[(long)i * ldc + j], sizeof(float))) *untouched_ok = 0;
+    }
+    return *worst <= 1.0 && *untouched_ok;
+}
+
 static int run_case(const char *path, int threads, int ta, int tb, int M, int N, int K, float alpha, float beta) {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
     long asz = (long)(ta ? K : M) * lda, bsz = (long)(tb ? N : K) * ldb, csz = (long)M * ldc;
@@ -47,15 +62,7 @@ static int run_case(const char *path, int threads, int ta, int tb, int M, int N,
     else cpu_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     double worst = 0.0;
     int untouched_ok = 1;
-    for (int i = 0; i < M; i++) {
-        for (int j = 0; j < N; j++) {
-            double err = fabs((double)C[(long)i * ldc + j] - R[(long)i * ldc + j]) / bound[(long)i * ldc + j];
-            worst = err > worst ? err : worst;
-        }
-        for (int j = N; j < ldc; j++)  // padding columns must be left alone
-            if (memcmp(&C[(long)i * ldc + j], &C0[(long)i * ldc + j], sizeof(float))) untouched_ok = 0;
-    }
-    int ok = worst <= 1.0 && untouched_ok;  // worst: error as a fraction of the rounding bound
+    int ok = check_result(C, R, C0, bound, M, N, ldc, &worst, &untouched_ok);
     if (!ok)
         fprintf(stderr, "%s threads %d ta %d tb %d M %d N %d K %d alpha %g beta %g: worst %g untouched %d\n", path,
                 threads, ta, tb, M, N, K, (double)alpha, (double)beta, worst, untouched_ok);
@@ -101,15 +108,7 @@ static int run_case_bf16(const char *path, int b16, int ta, int tb, int M, int N
     }
     double worst = 0.0;
     int untouched_ok = 1;
-    for (int i = 0; i < M; i++) {
-        for (int j = 0; j < N; j++) {
-            double err = fabs((double)C[(long)i * ldc + j] - R[(long)i * ldc + j]) / bound[(long)i * ldc + j];
-            worst = err > worst ? err : worst;
-        }
-        for (int j = N; j < ldc; j++)
-            if (memcmp(&C[(long)i * ldc + j], &C0[(long)i * ldc + j], sizeof(float))) untouched_ok = 0;
-    }
-    int ok = worst <= 1.0 && untouched_ok;
+    int ok = check_result(C, R, C0, bound, M, N, ldc, &worst, &untouched_ok);
     if (!ok)
         fprintf(stderr, "bf16/%s%s ta %d tb %d M %d N %d K %d alpha %g beta %g: worst %g untouched %d\n",
                 cpu_gemm_bf16_name(), b16 ? " (B in bf16)" : "", ta, tb, M, N, K, (double)alpha, (double)beta, worst,

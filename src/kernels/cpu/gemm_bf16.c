@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/status.h"
+#include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
@@ -145,30 +146,6 @@ AMX_TARGET static inline __m512 load16(const float *src, int n, __m512 alpha) {
     return _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(n), src), alpha);
 }
 
-// In-register transpose of 16x16 32-bit elements: r[i] holds row i on entry and column i on exit.
-AMX_TARGET static void transpose16x16(__m512i r[16]) {
-    __m512i t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_unpacklo_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i], t[4 * i + 2]);
-        r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-        r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-    }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 4; j++) {
-            t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
-            t[8 * i + 4 + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + 4 + j], 0xDD);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0x88);
-        r[8 + j] = _mm512_shuffle_i32x4(t[j], t[8 + j], 0xDD);
-    }
-}
-
 // r[l] = bf16 of line l's 32 values src[l*ld + 0..31] (k contiguous: 16 pairs of consecutive k),
 // for lines < n_lines and values < n_k; zeros elsewhere.
 AMX_TARGET static void lines_along_k(__m512i r[16], const float *src, long ld, int n_lines, int n_k, __m512 alpha) {
@@ -231,7 +208,7 @@ AMX_TARGET static void pack_a_tile(uint16_t *dst, const float *A, long rs, long 
         lines_along_k(r, A, rs, rows, n_k, alpha);
     } else {  // A stored k-major: pair rows of k, then transpose to rows of m
         pairs_across_k(r, A, cs, rows, n_k, alpha);
-        transpose16x16(r);
+        avx512_transpose16x16(r);
     }
     store_tile(dst, r);
 }
@@ -243,7 +220,7 @@ AMX_TARGET static void pack_b_tile(uint16_t *dst, const void *B, int b_bf16, lon
     if (rs == 1) {  // B stored n-major (trans_b): each column's k run is contiguous
         if (b_bf16) lines_along_k_bf16(r, B, cs, cols, n_k);
         else lines_along_k(r, B, cs, cols, n_k, one);
-        transpose16x16(r);
+        avx512_transpose16x16(r);
     } else if (b_bf16) {
         pairs_across_k_bf16(r, B, rs, cols, n_k);
     } else {

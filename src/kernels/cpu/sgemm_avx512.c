@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/status.h"
+#include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 #define MR 14
@@ -19,26 +20,10 @@
 
 // In-register transpose of a 16x16 block: r[i] holds row i on entry and column i on exit.
 AVX512 static inline void transpose16(__m512 r[16]) {
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-    }
-    for (int i = 0; i < 2; i++)
-        for (int j = 0; j < 4; j++) {
-            t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
-            t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xDD);
-        }
-    for (int j = 0; j < 8; j++) {
-        r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
-        r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
-    }
+    __m512i v[16];
+    for (int i = 0; i < 16; i++) v[i] = _mm512_castps_si512(r[i]);
+    avx512_transpose16x16(v);
+    for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(v[i]);
 }
 
 static inline __mmask16 first_lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : (1u << n) - 1); }
