@@ -173,12 +173,11 @@ static fsdp_bf16 *bf16_scratch(size_t count) {
     return buf;
 }
 
+// dst (count,) = the scaled fp32 sum of n slices (n, count), rounded once
 static void sum_bf16_slices(fsdp_bf16 *dst, const fsdp_bf16 *slices, size_t count, int n, float scale) {
-    for (size_t i = 0; i < count; i++) {
-        float acc = 0.0f;
-        for (int r = 0; r < n; r++) acc += fsdp_bf16_to_f32(slices[(size_t)r * count + i]);
-        dst[i] = fsdp_f32_to_bf16(acc * scale);
-    }
+    const fsdp_bf16 *src[n];
+    for (int r = 0; r < n; r++) src[r] = slices + (size_t)r * count;
+    comm_sum_bf16(dst, src, n, count, scale);
 }
 
 static fsdp_status mpi_reduce_scatter_bf16(fsdp_comm *c, const void *send, void *recv, size_t count,

@@ -46,3 +46,7 @@ fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size
 fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                     fsdp_reduce_op op);
 fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op);
+
+// dst (n,) = bf16(scale * sum over r < nsrc of src[r] (n,)), summed in fp32 in the order of src: the one
+// reduction of bf16 payloads every path uses, so they all give the same values. src: (nsrc,) pointers.
+void comm_sum_bf16(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int nsrc, size_t n, float scale);
