@@ -1,7 +1,7 @@
 // gemm_bf16.c: C = alpha * op(A) @ op(B) + beta * C with bf16 operands and fp32 accumulation, the
 // GEMM of bf16 mixed precision. fp32 inputs are rounded to the nearest-even bf16 while they are packed
 // (the products of two bf16 values are exact in fp32, so every path computes the same products and
-// differs only in summation order).
+// differs only in summation order, and in denormals, which the bf16 instructions flush to zero).
 //
 // Paths, chosen at run time (FSDP_GEMM_BF16=amx|avx512bf16|emulate overrides; the best available is
 // the default):
