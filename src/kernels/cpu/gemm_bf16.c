@@ -33,7 +33,7 @@
 #define MC_ROWS 512     // rows of packed A swept per pass over B (keeps the A block in L2)
 
 enum { PATH_EMULATE, PATH_AVX512BF16, PATH_AMX };
-static int bf16_path = -1;  // -1: not decided yet
+static _Atomic int bf16_path = -1;  // -1: not decided yet (atomic: the first call may come from several threads)
 
 static int avx512bf16_available(void) {
 #if defined(__x86_64__)
