@@ -254,7 +254,9 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
     } else {
         s = mpi_all_reduce_bf16(c, buf, count, op);
     }
-    account(c, t0, 2 * count * fsdp_dtype_size(dt) * (size_t)(c->size - 1) / (size_t)c->size);
+    size_t esize = fsdp_dtype_size(dt);  // bytes this rank sends: ring-like, or the bf16 all-gather of it all
+    account(c, t0, !c->shm && dt == FSDP_BF16 ? count * esize * (size_t)(c->size - 1)
+                                               : 2 * count * esize * (size_t)(c->size - 1) / (size_t)c->size);
     return s;
 }
 

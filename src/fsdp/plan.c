@@ -33,13 +33,13 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t max_shard = n_block_units ? block_padded / G : 0;
     if (root_padded / G > max_shard) max_shard = root_padded / G;
     p.communication = 4.0 * (max_shard ? max_shard : 1);
-    int shared_shards = !replicated && in->shared_memory && in->world > 1;
+    int shared_shards = !replicated && in->shared_memory && G > 1;  // a one-rank shard group has no shared memory
     if (in->param_bf16 && shared_shards) p.communication += 2.0 * local;  // each unit's bf16 send copy
 
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
     double root_bytes = 4.0 * (double)root_padded;
-    int staging = !replicated && in->shared_memory && in->world > 1 && n_block_units > 0;
+    int staging = !replicated && in->shared_memory && G > 1 && n_block_units > 0;
     double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
         p.unsharded = unit_bytes + root_bytes;
@@ -72,14 +72,17 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double block_n = (double)block_padded, root_n = (double)root_padded;
     double per_micro;
     if (replicated) {
-        double ar = in->world > 1 ? 2.0 * (in->world - 1) / in->world : 0.0;
+        // bf16 all-reduce without shared memory is an all-gather of every rank's buffer (MPI has no bf16 sum)
+        double ar = in->world <= 1 ? 0.0 : in->reduce_bf16 && !in->shared_memory ? (double)(in->world - 1)
+                                                                               : 2.0 * (in->world - 1) / in->world;
         per_micro = ar * ge * ((double)n_block_units * block_n + root_n);
         p.bytes_sent = per_micro * in->grad_accum;
     } else {
         double ag = frac * pe * ((double)n_block_units * block_n * gathers + root_n);
         double rs = frac * ge * ((double)n_block_units * block_n + root_n);
         int R = in->world / G;
-        double replica = R > 1 ? 2.0 * (R - 1) / R * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
+        double rf = in->reduce_bf16 && !in->shared_memory ? (double)(R - 1) : 2.0 * (R - 1) / R;
+        double replica = R > 1 ? rf * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
         p.bytes_sent = (ag + rs + replica) * in->grad_accum;
     }
     return p;

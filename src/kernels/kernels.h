@@ -105,7 +105,7 @@ void cpu_gemm_init(void);  // pins OpenBLAS to one thread: the wrapper splits wo
 void cpu_gemm_select(const char *name);
 const char *cpu_gemm_name(void);
 int cpu_sgemm_avx512_available(void);
-// C = alpha * op(A) @ op(B) + beta * C with A and B rounded to bf16 (nearest even) and fp32
+// C = op(alpha * A) @ op(B) + beta * C with alpha * A and B rounded to bf16 (nearest even) and fp32
 // accumulation: Intel AMX tiles where the CPU and kernel allow them, else the AVX-512 VDPBF16PS
 // instruction, else bf16-rounded copies through the fp32 GEMM (same products, other summation
 // order). FSDP_GEMM_BF16=amx|avx512bf16|emulate sets the path at first use; cpu_gemm_bf16_select does

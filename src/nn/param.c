@@ -51,6 +51,7 @@ void nn_params_bind_flat(nn_params *ps, float *data, float *grad) {
     for (int i = 0; i < ps->count; i++) {
         ps->items[i].data = data ? data + off : NULL;
         ps->items[i].grad = grad ? grad + off : NULL;
+        ps->items[i].data_b16 = NULL;  // bound in fp32 now: no stale bf16 view may win
         off += ps->items[i].numel;
     }
 }

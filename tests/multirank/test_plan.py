@@ -53,6 +53,27 @@ def main():
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted[k]], [measured[k]], 0.10, 64)
+    # without shared memory (ranks on different nodes): plain MPI collectives, no gradient staging, and
+    # bf16 all-reduces as all-gathers; and a one-rank shard group (no shared memory inside it)
+    for world, extra, env, plan_extra in (
+            (2, ["--strategy", "ddp", "--mixed-precision", "bf16"], {"FSDP_COMM_NO_SHM": "1"}, ["--no-shared-memory"]),
+            (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2", "--mixed-precision", "bf16"],
+             {"FSDP_COMM_NO_SHM": "1"}, ["--no-shared-memory"]),
+            (2, ["--mixed-precision", "bf16"], {"FSDP_COMM_NO_SHM": "1"}, ["--no-shared-memory"]),
+            (2, ["--strategy", "hybrid_shard", "--shard-group-size", "1", "--mixed-precision", "bf16"], {}, [])):
+        label = f"{world} rank(s) {' '.join(extra)}{' no shm' if env else ''}"
+        r = subprocess.run(["mpirun", "-np", str(world), os.path.join(args.bin, "fsdp-train")] + MODEL +
+                           ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra,
+                           capture_output=True, text=True, env={**os.environ, **MPI_ENV, **env})
+        if r.returncode:
+            print(r.stderr)
+        measured = numbers(r.stdout, "memory rank 0:")
+        measured["total"] = measured.pop("total_peak")
+        p = subprocess.run([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
+                           extra + plan_extra, capture_output=True, text=True)
+        predicted = numbers(p.stdout, "prediction:")
+        for k in KEYS:
+            chk.close(f"{label}: {k}", [predicted[k]], [measured[k]], 0.10, 64)
     bench_model = ["--layers", "6", "--d-model", "512", "--heads", "8", "--seq", "256", "--vocab", "256"]
     for world in (1, 2, 4):
         for extra in ([], ["--mixed-precision", "bf16"]):

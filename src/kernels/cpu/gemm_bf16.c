@@ -284,12 +284,14 @@ AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_
         __m512 acc[8][2];
         for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
         for (int kj = 0; kj < KT; kj++) {
-            const uint32_t *a = (const uint32_t *)(a_tile + (size_t)kj * TILE_ELEMS) + rl * 16;
+            const uint16_t *a = a_tile + (size_t)kj * TILE_ELEMS + rl * 32;  // pairs: row r, pair p at 2 (16 r + p)
             const uint16_t *bt0 = bp + (size_t)kj * TILE_ELEMS, *bt1 = b1 + (size_t)kj * TILE_ELEMS;
             for (int p = 0; p < 16; p++) {
                 __m512bh v0 = (__m512bh)_mm512_load_si512(bt0 + 32 * p), v1 = (__m512bh)_mm512_load_si512(bt1 + 32 * p);
                 for (int r = 0; r < 8; r++) {
-                    __m512bh va = (__m512bh)_mm512_set1_epi32((int)a[r * 16 + p]);
+                    int32_t pair;
+                    memcpy(&pair, a + 2 * (r * 16 + p), sizeof pair);
+                    __m512bh va = (__m512bh)_mm512_set1_epi32(pair);
                     acc[r][0] = _mm512_dpbf16_ps(acc[r][0], va, v0);
                     acc[r][1] = _mm512_dpbf16_ps(acc[r][1], va, v1);
                 }
