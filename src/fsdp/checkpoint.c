@@ -183,9 +183,7 @@ fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trai
 
 static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trainer_state *ts) {
     int R = fsdp_comm_rank(s->world);
-    int64_t max_unit = 1;
-    for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
-    float *flat = fsdp_alloc(sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
+    float *flat = fsdp_alloc_unit_buffer(s);
     if (!flat) return FSDP_ERR_NOMEM;
     st_writer *w = NULL;
     fsdp_status st = FSDP_OK, cs = FSDP_OK;

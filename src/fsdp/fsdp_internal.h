@@ -93,6 +93,9 @@ float *fsdp_offload_map(const char *dir, int rank, const char *what, int index, 
 void fsdp_offload_unmap(float *p, size_t bytes);
 void fsdp_offload_prefetch(const float *p, size_t bytes);
 
+// params_io.c: an fp32 buffer (largest unit's padded size,) for gathering one unit at a time   FSDP_MEM_UNSHARDED
+float *fsdp_alloc_unit_buffer(const fsdp_state *s);
+
 // engine.c
 fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u);
 void fsdp_reshard(fsdp_state *s, fsdp_unit *u);

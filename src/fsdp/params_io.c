@@ -93,13 +93,17 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
     return FSDP_OK;
 }
 
+float *fsdp_alloc_unit_buffer(const fsdp_state *s) {
+    int64_t max_unit = 1;
+    for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
+    return fsdp_alloc(sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
+}
+
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
     // One unit at a time: every rank gathers the unit's flat buffer (the only extra memory, about one
     // unit), rank 0 streams its parameters into the file, whose header listed every tensor up front.
     int R = fsdp_comm_rank(s->world);
-    int64_t max_unit = 1;
-    for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
-    float *flat = fsdp_alloc(sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
+    float *flat = fsdp_alloc_unit_buffer(s);
     if (!flat) return FSDP_ERR_NOMEM;
     st_writer *w = NULL;
     fsdp_status st = FSDP_OK;  // rank 0's file status

@@ -29,6 +29,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import test_gpt2_parity as gpt2_parity
 from fsdp_testlib import Checker, parse_args, parse_losses, run, st_load, st_save, tmpdir
 
 
@@ -61,12 +62,7 @@ class BF16MatMul(torch.autograd.Function):
 mm = BF16MatMul.apply
 
 
-class Conv1D(nn.Module):
-    def __init__(self, nin, nout):
-        super().__init__()
-        self.weight = nn.Parameter(torch.randn(nin, nout) * 0.02)
-        self.bias = nn.Parameter(torch.randn(nout) * 0.02)
-
+class Conv1D(gpt2_parity.Conv1D):
     def forward(self, x):
         return (mm(x.reshape(-1, x.shape[-1]), rp(self.weight)) + rp(self.bias)).reshape(*x.shape[:-1], -1)
 
@@ -100,19 +96,11 @@ class Block(nn.Module):
         return x + self.mlp.c_proj(F.gelu(self.mlp.c_fc(self.ln_2(x)), approximate="tanh"))
 
 
-class GPT2(nn.Module):
+class GPT2(gpt2_parity.GPT2):
+    """test_gpt2_parity's model and initialisation, with the bf16 blocks, LayerNorms and forward."""
+
     def __init__(self, V, maxT, L, C, H):
-        super().__init__()
-        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(maxT, C)
-        self.h = nn.ModuleList([Block(C, H) for _ in range(L)])
-        self.ln_f = LayerNorm(C)
-        with torch.no_grad():
-            self.wte.weight.mul_(0.1)
-            self.wpe.weight.mul_(0.05)
-            for m in self.modules():
-                if isinstance(m, nn.LayerNorm):
-                    m.weight.add_(torch.randn_like(m.weight) * 0.05)
-                    m.bias.add_(torch.randn_like(m.bias) * 0.05)
+        super().__init__(V, maxT, L, C, H, block=Block, norm=LayerNorm)
 
     def forward(self, idx, targets):
         B, T = idx.shape
