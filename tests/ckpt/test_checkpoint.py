@@ -6,28 +6,19 @@ or tensor."""
 import json
 import os
 import shutil
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
-from fsdp_testlib import Checker, parse_args, tmpdir  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, tmpdir  # noqa: E402
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
 MODEL = ["--layers", "2", "--d-model", "48", "--heads", "4", "--seq", "16", "--threads", "1", "--lr", "3e-3"]
 GLOBAL_BATCH = 12
 
 
-def train(binary, n, extra, env=None):
-    full = dict(os.environ)
-    full.update(MPI_ENV)
-    xs = []
-    for k, v in (env or {}).items():
-        full[k] = v
-        xs += ["-x", k]
-    cmd = ["mpirun", "-np", str(n)] + xs + [binary] + MODEL + ["--batch", str(GLOBAL_BATCH // n)] + extra
-    return subprocess.run(cmd, capture_output=True, text=True, env=full, timeout=600)
+def train(binary, n, extra, env=None, expect_ok=True):
+    """fsdp-train on n ranks; a failed run ends the test unless expect_ok is False."""
+    return mpirun(n, [binary] + MODEL + ["--batch", str(GLOBAL_BATCH // n)] + extra, expect_ok=expect_ok, env=env)
 
 
 def losses(path):
@@ -43,19 +34,17 @@ def main():
     # uninterrupted references, 6 steps, on 1 and 2 ranks
     ref = {}
     for n in (1, 2):
-        r = train(binary, n, ["--steps", "6", "--log-jsonl", f"{tmp}/ref{n}.jsonl"])
-        assert r.returncode == 0, r.stderr
+        train(binary, n, ["--steps", "6", "--log-jsonl", f"{tmp}/ref{n}.jsonl"])
         ref[n] = losses(f"{tmp}/ref{n}.jsonl")
 
     # exact resume: save after 3 steps, resume to 6, on the same world size: bitwise equal
     ck = f"{tmp}/ck2"
-    r = train(binary, 2, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ck])
-    chk.close("save: exit status", [r.returncode], [0], 0, 0)
-    r = train(binary, 2, ["--steps", "6", "--resume", "auto", "--ckpt-dir", ck, "--log-jsonl", f"{tmp}/res.jsonl"])
+    train(binary, 2, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ck])
+    train(binary, 2, ["--steps", "6", "--resume", "auto", "--ckpt-dir", ck, "--log-jsonl", f"{tmp}/res.jsonl"])
     got = losses(f"{tmp}/res.jsonl")
     chk.close("resume on 2 ranks prints steps 3..5", [json.loads(line)["step"] for line in open(f"{tmp}/res.jsonl")],
               [3, 4, 5], 0, 0)
-    chk.close("resume on the same world size is bitwise identical", [int(got == ref[2][3:])], [1], 0, 0)
+    chk.close("resume on the same world size is bitwise identical", got, ref[2][3:], 0, 0)
 
     # N -> M: save on N ranks, resume on M ranks (and another strategy): fp32 reduction tolerance
     for n in (1, 2, 3, 4):
@@ -63,12 +52,10 @@ def main():
         train(binary, n, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ckn])
         for m in (1, 2, 3, 4):
             strategy = ["--strategy", "no_shard"] if (n + m) % 3 == 0 else []
-            r = train(binary, m, ["--steps", "6", "--resume", f"{ckn}/step_00000003", "--log-jsonl",
-                                  f"{tmp}/r{n}{m}.jsonl"] + strategy)
-            if r.returncode:
-                print(r.stderr)
+            train(binary, m, ["--steps", "6", "--resume", f"{ckn}/step_00000003", "--log-jsonl",
+                              f"{tmp}/r{n}{m}.jsonl"] + strategy)
             chk.close(f"saved on {n} ranks, resumed on {m}{' as no_shard' if strategy else ''}",
-                      losses(f"{tmp}/r{n}{m}.jsonl") if r.returncode == 0 else [0, 0, 0], ref[1][3:], 2e-5, 0)
+                      losses(f"{tmp}/r{n}{m}.jsonl"), ref[1][3:], 2e-5, 0)
 
     # full checkpoints (model.safetensors + optimizer.safetensors from rank 0): exact on the same world
     # size, within tolerance on another
@@ -77,30 +64,22 @@ def main():
     chk.close("full checkpoint files", [int(sorted(os.listdir(f"{ckf}/step_00000003")) ==
                                             ["DONE", "model.safetensors", "optimizer.safetensors"])], [1], 0, 0)
     for m in (2, 3):
-        r = train(binary, m, ["--steps", "6", "--resume", f"{ckf}/step_00000003", "--log-jsonl", f"{tmp}/f{m}.jsonl"])
-        got = losses(f"{tmp}/f{m}.jsonl") if r.returncode == 0 else [0, 0, 0]
+        train(binary, m, ["--steps", "6", "--resume", f"{ckf}/step_00000003", "--log-jsonl", f"{tmp}/f{m}.jsonl"])
+        got = losses(f"{tmp}/f{m}.jsonl")
         if m == 2:
-            chk.close("full checkpoint: resume on the same world size is bitwise identical", [int(got == ref[2][3:])],
-                      [1], 0, 0)
+            chk.close("full checkpoint: resume on the same world size is bitwise identical", got, ref[2][3:], 0, 0)
         else:
             chk.close("full checkpoint saved on 2 ranks, resumed on 3", got, ref[1][3:], 2e-5, 0)
 
     # fsdp-minimal has the same flags: save on 2 ranks, resume on 4 as shard_grad_op
     minimal = os.path.join(args.bin, "fsdp-minimal")
     base = ["--dropout", "0", "--threads", "1", "--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64"]
-    env = {**os.environ, **MPI_ENV}
-    whole = subprocess.run(["mpirun", "-np", "2", minimal] + base + ["--steps", "6"], capture_output=True, text=True,
-                           env=env).stdout
-    subprocess.run(["mpirun", "-np", "2", minimal] + base + ["--steps", "3", "--save-every", "3", "--ckpt-dir",
-                                                            f"{tmp}/min"], capture_output=True, text=True, env=env)
-    resumed = subprocess.run(["mpirun", "-np", "4", minimal] + base + ["--steps", "6", "--resume", "auto", "--ckpt-dir",
-                                                                      f"{tmp}/min", "--strategy", "shard_grad_op"],
-                             capture_output=True, text=True, env=env).stdout
-
-    def minimal_losses(out):
-        return [float(line.split()[3]) for line in out.splitlines() if line.startswith("step ")]
-    chk.close("fsdp-minimal: saved on 2 ranks, resumed on 4 (shard_grad_op)", minimal_losses(resumed),
-              minimal_losses(whole)[3:], 2e-5, 0)
+    whole = mpirun(2, [minimal] + base + ["--steps", "6"]).stdout
+    mpirun(2, [minimal] + base + ["--steps", "3", "--save-every", "3", "--ckpt-dir", f"{tmp}/min"])
+    resumed = mpirun(4, [minimal] + base + ["--steps", "6", "--resume", "auto", "--ckpt-dir", f"{tmp}/min",
+                                            "--strategy", "shard_grad_op"]).stdout
+    chk.close("fsdp-minimal: saved on 2 ranks, resumed on 4 (shard_grad_op)", parse_losses(resumed),
+              parse_losses(whole)[3:], 2e-5, 0)
 
     # --keep-last 2 with a save every step keeps the two newest
     ckk = f"{tmp}/keep"
@@ -112,14 +91,14 @@ def main():
     cka = f"{tmp}/auto"
     train(binary, 2, ["--steps", "2", "--save-every", "2", "--ckpt-dir", cka])
     r = train(binary, 2, ["--steps", "4", "--save-every", "2", "--resume", "auto", "--ckpt-dir", cka],
-              env={"FSDP_TEST_CRASH_IN_SAVE": "4"})
+              env={"FSDP_TEST_CRASH_IN_SAVE": "4"}, expect_ok=False)
     chk.close("a rank killed during the save: the job fails", [int(r.returncode != 0)], [1], 0, 0)
     chk.close("... and the half-written checkpoint has no DONE",
               [int(not os.path.exists(f"{cka}/step_00000004/DONE"))], [1], 0, 0)
     r = train(binary, 2, ["--steps", "4", "--resume", "auto", "--ckpt-dir", cka, "--log-jsonl", f"{tmp}/auto.jsonl"])
-    steps = [json.loads(line)["step"] for line in open(f"{tmp}/auto.jsonl")] if r.returncode == 0 else []
+    steps = [json.loads(line)["step"] for line in open(f"{tmp}/auto.jsonl")]
     chk.close("--resume auto picks the last complete checkpoint (step 2)", steps, [2, 3], 0, 0)
-    chk.close("... and continues exactly", losses(f"{tmp}/auto.jsonl") if steps else [0, 0], ref[2][2:4], 0, 0)
+    chk.close("... and continues exactly", losses(f"{tmp}/auto.jsonl"), ref[2][2:4], 0, 0)
 
     # damaged checkpoints: every rank fails with one message naming the file or tensor
     good = f"{tmp}/ck2/step_00000003"
@@ -128,7 +107,7 @@ def main():
         d = f"{tmp}/bad-{name}"
         shutil.copytree(good, d)
         mutate(d)
-        r = train(binary, 2, ["--steps", "6", "--resume", d])
+        r = train(binary, 2, ["--steps", "6", "--resume", d], expect_ok=False)
         lines = [line for line in r.stderr.splitlines() if line.startswith("fsdp-train:")]
         # the rank that found the damage names it; the others say another rank failed
         ok = r.returncode != 0 and any(all(e in line for e in expect) for line in lines)
@@ -158,14 +137,13 @@ def main():
     data = bytearray(open(path, "rb").read())
     data[-100] ^= 0x01
     open(path, "wb").write(bytes(data))
-    r = train(binary, 2, ["--steps", "6", "--resume", bad_full])
+    r = train(binary, 2, ["--steps", "6", "--resume", bad_full], expect_ok=False)
     chk.close("damaged full checkpoint: clear error",
               [int(r.returncode != 0 and "model.safetensors" in r.stderr and "checksum" in r.stderr)], [1], 0, 0)
-    r = subprocess.run([os.path.join(args.bin, "fsdp-ckpt"), "verify", bad_full], capture_output=True, text=True)
+    r = proc([os.path.join(args.bin, "fsdp-ckpt"), "verify", bad_full], expect_ok=False)
     chk.close("fsdp-ckpt verify catches it", [int(r.returncode != 0 and "checksum" in r.stderr)], [1], 0, 0)
-    r = subprocess.run(["mpirun", "-np", "2", binary, "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "16",
-                        "--batch", "6", "--threads", "1", "--steps", "6", "--resume", good],
-                       capture_output=True, text=True, env={**os.environ, **MPI_ENV})
+    r = mpirun(2, [binary, "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "16",
+                   "--batch", "6", "--threads", "1", "--steps", "6", "--resume", good], expect_ok=False)
     chk.close("a checkpoint of another model: error naming a tensor and shapes",
               [int(r.returncode != 0 and "shape" in r.stderr and "h.0." in r.stderr)], [1], 0, 0)
     chk.report()

@@ -10,10 +10,7 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
-from fsdp_testlib import Checker, parse_args, run, st_load, tmpdir  # noqa: E402
-
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
+from fsdp_testlib import MPI_ENV, Checker, parse_args, run, st_load, tmpdir  # noqa: E402
 # small seed-like model: 3 layers of 9,064 parameters each (not a multiple of 3 * 16: padding)
 MODEL = ["--layers", "3", "--d-model", "32", "--heads", "4", "--ffn", "72", "--seq", "4", "--batch", "12",
          "--dropout", "0", "--steps", "3", "--lr", "1e-4", "--clip-grad-norm", "1.0", "--threads", "1"]

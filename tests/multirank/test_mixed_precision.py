@@ -25,27 +25,19 @@
 """
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
-from fsdp_testlib import Checker, parse_args  # noqa: E402
-
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
+from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc  # noqa: E402
 MODEL = ["--layers", "3", "--d-model", "128", "--heads", "4", "--seq", "64", "--vocab", "256", "--lr", "1e-3",
          "--warmup", "5", "--threads", "1"]
 
 
 def run(n, extra, steps, env=None):
-    cmd = ["mpirun", "-np", str(n), os.path.join(ARGS.bin, "fsdp-train")] + MODEL + \
-          ["--batch", str(8 // n), "--steps", str(steps)] + extra
-    r = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **MPI_ENV, **(env or {})})
-    if r.returncode:
-        print(" ".join(cmd))
-        print(r.stderr)
-    losses = [float(line.split()[3]) for line in r.stdout.splitlines() if line.startswith("step ")]
+    r = mpirun(n, [os.path.join(ARGS.bin, "fsdp-train")] + MODEL + ["--batch", str(8 // n), "--steps", str(steps)] +
+               extra, env=env)
+    losses = parse_losses(r.stdout)
     sent = re.search(r"bytes_sent_per_step ([0-9.]+)", r.stdout)
     return losses, float(sent.group(1)) if sent else None, r.stdout
 
@@ -88,8 +80,7 @@ def main():
     chk.close("bytes sent per step: bf16 / fp32 = 0.5", [sent16 / sent32], [0.5], 0.02, 0)
     # bf16 gathers, fp32 reductions: in between; the split of gathers and reductions is fsdp-plan's
     def planned(extra):
-        p = subprocess.run([os.path.join(ARGS.bin, "fsdp-plan"), "--world-size", "2", "--batch", "4"] +
-                           MODEL[:10] + extra, capture_output=True, text=True)
+        p = proc([os.path.join(ARGS.bin, "fsdp-plan"), "--world-size", "2", "--batch", "4"] + MODEL[:10] + extra)
         return float(re.search(r"bytes_sent_per_step ([0-9.]+)", p.stdout).group(1))
     expect = planned(["--mixed-precision", "bf16", "--reduce-dtype", "fp32"]) / planned([])
     chk.close(f"bytes sent per step: bf16 params, fp32 reduce / fp32 = {expect:.3f} (fsdp-plan's split)",
@@ -97,17 +88,17 @@ def main():
     chk.close("... which lies strictly between 0.5 and 1", [int(0.55 < sent_mixed / sent32 < 0.95)], [1], 0, 0)
     base, _, _ = run(2, ["--mixed-precision", "bf16"], 3)
     ac, _, _ = run(2, ["--mixed-precision", "bf16", "--activation-checkpointing"], 3)
-    chk.close("bf16 with activation checkpointing: identical losses", [int(ac == base and len(ac) == 3)], [1], 0, 0)
+    chk.close("bf16 runs 3 steps", [len(base)], [3], 0, 0)
+    chk.close("bf16 with activation checkpointing: identical losses", ac, base, 0, 0)
     with tempfile.TemporaryDirectory() as d:
         off, _, _ = run(2, ["--mixed-precision", "bf16", "--offload-dir", d], 3)
-    chk.close("bf16 with --offload-dir: identical losses", [int(off == base and len(off) == 3)], [1], 0, 0)
+    chk.close("bf16 with --offload-dir: identical losses", off, base, 0, 0)
 
     with tempfile.TemporaryDirectory() as d:
         full, _, _ = run(2, ["--mixed-precision", "bf16"], 4)
         run(2, ["--mixed-precision", "bf16", "--ckpt-dir", d, "--save-every", "2"], 2)
         resumed, _, _ = run(2, ["--mixed-precision", "bf16", "--ckpt-dir", d, "--resume", "auto"], 4)
-        chk.close("bf16 checkpoint resumes exactly (steps 2-3)", [int(resumed == full[2:] and len(resumed) == 2)],
-                  [1], 0, 0)
+        chk.close("bf16 checkpoint resumes exactly (steps 2-3)", resumed, full[2:], 0, 0)
         as_fp32, _, _ = run(2, ["--ckpt-dir", d, "--resume", "auto"], 4)
         chk.close("bf16 checkpoint resumes under fp32 (losses within 2%)", as_fp32, full[2:], 0.02, 0)
 
@@ -115,11 +106,7 @@ def main():
                "--dropout", "0", "--steps", "8", "--lr", "1e-3", "--threads", "1"]
 
     def seed_run(n, extra):
-        r = subprocess.run(["mpirun", "-np", str(n), os.path.join(ARGS.bin, "fsdp-minimal")] + minimal + extra,
-                           capture_output=True, text=True, env={**os.environ, **MPI_ENV})
-        if r.returncode:
-            print(r.stderr)
-        return [float(line.split()[3]) for line in r.stdout.splitlines() if line.startswith("step ")]
+        return parse_losses(mpirun(n, [os.path.join(ARGS.bin, "fsdp-minimal")] + minimal + extra).stdout)
     s32, s16 = seed_run(1, []), seed_run(1, ["--mixed-precision", "bf16"])
     chk.close("seed model: bf16 runs", [len(s16)], [8], 0, 0)
     chk.close("seed model: bf16 loss within 2% of fp32 at every step", s16, s32, 0.02, 0)

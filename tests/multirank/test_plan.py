@@ -7,14 +7,11 @@ memory, which is what the rank holds; peak RSS also counts the peers' shared pag
 code, so it is printed but not the yardstick)."""
 import os
 import re
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
-from fsdp_testlib import Checker, parse_args  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, proc  # noqa: E402
 
-MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
 MODEL = ["--layers", "3", "--d-model", "64", "--heads", "4", "--seq", "32", "--vocab", "256"]
 KEYS = ["parameters", "gradients", "optimizer", "unsharded_peak", "activations_peak", "communication", "total",
         "bytes_sent_per_step"]
@@ -41,15 +38,11 @@ def main():
     chk = Checker("fsdp-plan")
     for world, extra in CASES:
         label = f"{world} rank(s) {' '.join(extra) or 'full_shard'}"
-        r = subprocess.run(["mpirun", "-np", str(world), os.path.join(args.bin, "fsdp-train")] + MODEL +
-                           ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra,
-                           capture_output=True, text=True, env={**os.environ, **MPI_ENV})
-        if r.returncode:
-            print(r.stderr)
+        r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + MODEL +
+                   ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak")
-        p = subprocess.run([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
-                           extra, capture_output=True, text=True)
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL + extra)
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted[k]], [measured[k]], 0.10, 64)
@@ -62,26 +55,20 @@ def main():
             (2, ["--mixed-precision", "bf16"], {"FSDP_COMM_NO_SHM": "1"}, ["--no-shared-memory"]),
             (2, ["--strategy", "hybrid_shard", "--shard-group-size", "1", "--mixed-precision", "bf16"], {}, [])):
         label = f"{world} rank(s) {' '.join(extra)}{' no shm' if env else ''}"
-        r = subprocess.run(["mpirun", "-np", str(world), os.path.join(args.bin, "fsdp-train")] + MODEL +
-                           ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra,
-                           capture_output=True, text=True, env={**os.environ, **MPI_ENV, **env})
-        if r.returncode:
-            print(r.stderr)
+        r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + MODEL +
+                   ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra, env=env)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak")
-        p = subprocess.run([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
-                           extra + plan_extra, capture_output=True, text=True)
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
+                 extra + plan_extra)
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted[k]], [measured[k]], 0.10, 64)
     bench_model = ["--layers", "6", "--d-model", "512", "--heads", "8", "--seq", "256", "--vocab", "256"]
     for world in (1, 2, 4):
         for extra in ([], ["--mixed-precision", "bf16"]):
-            r = subprocess.run(["mpirun", "-np", str(world), os.path.join(args.bin, "fsdp-train")] + bench_model +
-                               ["--batch", "2", "--steps", "2", "--threads", "1", "--summary"] + extra,
-                               capture_output=True, text=True, env={**os.environ, **MPI_ENV})
-            if r.returncode:
-                print(r.stderr)
+            r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + bench_model +
+                       ["--batch", "2", "--steps", "2", "--threads", "1", "--summary"] + extra)
             acct = numbers(r.stdout, "memory rank 0:")["total_peak"]
             os_mem = numbers(r.stdout, "os memory rank 0:")
             print(f"benchmark model, {world} rank(s) {' '.join(extra)}: accounted {acct / 2**20:.1f} MiB, data PSS "

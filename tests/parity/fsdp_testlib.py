@@ -1,6 +1,8 @@
 """Shared helpers for the PyTorch parity and bad-input tests: a minimal safetensors reader/writer
 (numpy only; Debian has no python3-safetensors), running our binaries, and tensor comparison."""
 import argparse
+import contextlib
+import io
 import json
 import os
 import struct
@@ -62,20 +64,46 @@ def parse_args():
     return p.parse_args()
 
 
-def run(cmd, expect_ok=True, env=None):
-    """Runs a command; returns (returncode, stdout, stderr)."""
+MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
+
+
+def proc(cmd, expect_ok=True, env=None, timeout=600):
+    """Runs a command and returns its subprocess.CompletedProcess. With expect_ok (the default) a non-zero
+    exit, a time-out or a signal ends the test at once as a failure, printing the command and its output:
+    no comparison is ever made on the output of a failed run. Pass expect_ok=False only where the test
+    itself checks the exit status."""
     full_env = dict(os.environ)
     full_env.setdefault("OMP_NUM_THREADS", "2")
     if env:
         full_env.update(env)
-    r = subprocess.run(cmd, capture_output=True, text=True, env=full_env)
-    if expect_ok and r.returncode != 0:
-        print("command failed:", " ".join(cmd), "\n", r.stdout, r.stderr, file=sys.stderr)
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        print(f"FAIL: command timed out after {timeout} s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}", file=sys.stderr)
         sys.exit(1)
+    if expect_ok and r.returncode != 0:
+        print(f"FAIL: command exited with {r.returncode}: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}", file=sys.stderr)
+        sys.exit(1)
+    return r
+
+
+def run(cmd, expect_ok=True, env=None, timeout=600):
+    """proc(), returned as (returncode, stdout, stderr)."""
+    r = proc(cmd, expect_ok=expect_ok, env=env, timeout=timeout)
     return r.returncode, r.stdout, r.stderr
 
 
+def mpirun(n, cmd, expect_ok=True, env=None, timeout=600):
+    """proc() under `mpirun -np n` with the root/oversubscribe settings (MPI_ENV) and one OpenMP thread per
+    rank unless env says otherwise; every variable of env is forwarded to the ranks (-x)."""
+    xs = [x for k in ["OMP_NUM_THREADS"] + list(env or {}) for x in ("-x", k)]
+    env = {**MPI_ENV, **(env or {})}
+    return proc(["mpirun", "-np", str(n)] + xs + list(cmd), expect_ok=expect_ok, env=env, timeout=timeout)
+
+
 def parse_losses(stdout):
+    """The losses of `step K loss L ...` lines, in order (fsdp-minimal and fsdp-train print these)."""
     return [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]
 
 
@@ -84,27 +112,63 @@ class Checker:
 
     def __init__(self, name):
         self.name, self.failures, self.count = name, 0, 0
+        if name != "probe":
+            self.selftest()
+
+    def fail(self, label, why):
+        print(f"FAIL {self.name}: {label}: {why}")
+        self.failures += 1
 
     def close(self, label, ours, ref, rtol, atol):
-        ours, ref = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        """|ours - ref| <= atol + rtol |ref| elementwise. Fails on a shape or length mismatch, on empty
+        arrays (a run that printed nothing) and on any NaN or Inf on either side."""
         self.count += 1
+        try:
+            ours, ref = np.asarray(ours, dtype=np.float64), np.asarray(ref, dtype=np.float64)
+        except (TypeError, ValueError) as e:
+            return self.fail(label, f"not numeric: {e}")
         if ours.shape != ref.shape:
-            print(f"FAIL {self.name}: {label}: shape {ours.shape} vs {ref.shape}")
-            self.failures += 1
-            return
+            return self.fail(label, f"shape {ours.shape} vs {ref.shape}")
+        if ours.size == 0:
+            return self.fail(label, "nothing to compare (empty output)")
+        for side, arr in (("ours", ours), ("reference", ref)):
+            if not np.all(np.isfinite(arr)):
+                i = int(np.argmin(np.isfinite(arr).ravel()))
+                return self.fail(label, f"{side} holds a non-finite value ({arr.flat[i]!r} at {i})")
         err = np.abs(ours - ref)
         bound = atol + rtol * np.abs(ref)
-        worst = float(np.max(err - bound)) if err.size else 0.0
-        rel = float(np.max(err / (np.abs(ref) + 1e-12))) if err.size else 0.0
+        worst = float(np.max(err - bound))
+        rel = float(np.max(err / (np.abs(ref) + 1e-12)))
         if worst > 0:
             i = int(np.argmax(err - bound))
-            print(f"FAIL {self.name}: {label}: max abs err {err.max():.3e} (at {i}: {ours.flat[i]!r} vs "
-                  f"{ref.flat[i]!r}), rtol {rtol} atol {atol}")
-            self.failures += 1
+            self.fail(label, f"max abs err {err.max():.3e} (at {i}: {ours.flat[i]!r} vs {ref.flat[i]!r}), "
+                             f"rtol {rtol} atol {atol}")
         else:
-            print(f"ok   {self.name}: {label}: max abs err {err.max() if err.size else 0:.3e} max rel {rel:.3e}")
+            print(f"ok   {self.name}: {label}: max abs err {err.max():.3e} max rel {rel:.3e}")
+
+    def true(self, label, cond, detail=""):
+        """A yes/no check; detail is printed on failure."""
+        self.count += 1
+        if cond:
+            print(f"ok   {self.name}: {label}")
+        else:
+            self.fail(label, detail or "condition is false")
+
+    def selftest(self):
+        """The comparison itself must reject NaN, Inf, empty and mismatched inputs (checked on every run)."""
+        probe = Checker("probe")
+        probe_cases = (([float("nan")], [1.0]), ([1.0], [float("nan")]), ([float("inf")], [float("inf")]),
+                       ([], []), ([1.0, 2.0], [1.0]), ([1.0], [1.0, 1.0]), (["x"], [1.0]))
+        with contextlib.redirect_stdout(io.StringIO()):
+            for a, b in probe_cases:
+                probe.close("probe", a, b, 1.0, 1.0)
+            probe.close("probe", [1.0], [1.0], 0, 0)
+        assert probe.failures == len(probe_cases) and probe.count == len(probe_cases) + 1, \
+            "Checker.close accepts NaN, Inf, empty or mismatched arrays"
 
     def report(self):
+        if self.count == 0:
+            self.fail("report", "no check ran")
         print(f"{self.name}: {self.count - self.failures} passed, {self.failures} failed")
         sys.exit(1 if self.failures else 0)
 
