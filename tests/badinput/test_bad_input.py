@@ -9,7 +9,6 @@ absent, once with them already present. Positive controls (valid --init/--input)
 write the targets, so the test cannot pass vacuously.
 
 Run as: /usr/bin/python3 tests/badinput/test_bad_input.py --bin build/bin"""
-import json
 import os
 import re
 import shutil
