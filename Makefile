@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: build run run-minimal test test-asan bench clean deps
+.PHONY: build run run-minimal test test-asan bench clean deps install
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD).cmake.log 2>&1 || (cat $(BUILD).cmake.log; exit 1)
@@ -35,6 +35,11 @@ test-asan: deps
 	@# under mpirun: Open MPI's own allocations (in components it dlcloses) would read as leaks
 	@cd build-asan && ASAN_OPTIONS=detect_leaks=0 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	  ctest --output-on-failure -LE python -R '_np[0-9]'
+
+# The library, public headers (PREFIX/include/fsdp), pkg-config file and tools; see README "Using the library".
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(abspath $(PREFIX))
 
 bench: build
 	@bench/run.sh
