@@ -27,20 +27,21 @@ def sh(cmd, env=None, cwd=None):
 
 def internal_headers():
     """Headers under src/ that must never be installed: the engine's and backends' internals, the
-    CPU kernels' private helpers, and the tools'."""
+    CPU kernels' private helpers, and the layers only the tools use (checkpoint files, token data,
+    tracing, the planner)."""
     out = []
     for root, _, files in os.walk(os.path.join(REPO, "src")):
         rel = os.path.relpath(root, os.path.join(REPO, "src"))
         for f in files:
             if f.endswith(".h") and (f.endswith("_internal.h") or f.endswith("_impl.h") or
-                                     rel.startswith(("kernels/cpu", "cli"))):
+                                     rel.startswith(("kernels/cpu", "cli", "ckpt", "data", "prof")) or
+                                     (rel == "fsdp" and f != "fsdp.h")):
                 out.append(f)
     return out
 
 
 def losses(stdout):
-    vals = [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]
-    return vals
+    return [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]
 
 
 def main():
