@@ -13,11 +13,11 @@ set(FSDP_PUBLIC_HEADERS
     nn/param.h nn/nn_ctx.h nn/linear.h nn/layernorm.h nn/attention.h nn/embedding.h nn/loss.h
     nn/transformer_block.h nn/sequential.h nn/encoder_stack.h)
 
-set(FSDP_PUBLIC_INCLUDE_DIR ${CMAKE_BINARY_DIR}/include)  # the generated tree: fsdp/fsdp.h, fsdp/nn/...
+set(FSDP_PUBLIC_INCLUDE_DIR ${PROJECT_BINARY_DIR}/include)  # the generated tree: fsdp/fsdp.h, fsdp/nn/...
 set(FSDP_PUBLIC_SOURCES "")
 set(FSDP_PUBLIC_OUTPUTS "")
 foreach(h ${FSDP_PUBLIC_HEADERS})
-  list(APPEND FSDP_PUBLIC_SOURCES ${CMAKE_SOURCE_DIR}/src/${h})
+  list(APPEND FSDP_PUBLIC_SOURCES ${PROJECT_SOURCE_DIR}/src/${h})
   if(h STREQUAL "fsdp/fsdp.h")
     list(APPEND FSDP_PUBLIC_OUTPUTS fsdp/fsdp.h)
   else()
@@ -26,14 +26,14 @@ foreach(h ${FSDP_PUBLIC_HEADERS})
 endforeach()
 string(REPLACE ";" "," fsdp_headers_arg "${FSDP_PUBLIC_HEADERS}")
 add_custom_command(
-  OUTPUT ${CMAKE_BINARY_DIR}/fsdp_public_headers.stamp
-  COMMAND ${CMAKE_COMMAND} -DSRC_DIR=${CMAKE_SOURCE_DIR}/src -DOUT_DIR=${FSDP_PUBLIC_INCLUDE_DIR}
-          -DHEADERS=${fsdp_headers_arg} -P ${CMAKE_SOURCE_DIR}/cmake/fsdp_public_headers.cmake
-  COMMAND ${CMAKE_COMMAND} -E touch ${CMAKE_BINARY_DIR}/fsdp_public_headers.stamp
-  DEPENDS ${FSDP_PUBLIC_SOURCES} ${CMAKE_SOURCE_DIR}/cmake/fsdp_public_headers.cmake
+  OUTPUT ${PROJECT_BINARY_DIR}/fsdp_public_headers.stamp
+  COMMAND ${CMAKE_COMMAND} -DSRC_DIR=${PROJECT_SOURCE_DIR}/src -DOUT_DIR=${FSDP_PUBLIC_INCLUDE_DIR}
+          -DHEADERS=${fsdp_headers_arg} -P ${PROJECT_SOURCE_DIR}/cmake/fsdp_public_headers.cmake
+  COMMAND ${CMAKE_COMMAND} -E touch ${PROJECT_BINARY_DIR}/fsdp_public_headers.stamp
+  DEPENDS ${FSDP_PUBLIC_SOURCES} ${PROJECT_SOURCE_DIR}/cmake/fsdp_public_headers.cmake
   COMMENT "Writing the public headers (build/include/fsdp)"
   VERBATIM)
-add_custom_target(fsdp-public-headers ALL DEPENDS ${CMAKE_BINARY_DIR}/fsdp_public_headers.stamp)
+add_custom_target(fsdp-public-headers ALL DEPENDS ${PROJECT_BINARY_DIR}/fsdp_public_headers.stamp)
 
 # The example, compiled in every build (warnings as the library's) so API drift breaks it here;
 # tests/install builds it again against an installed copy through pkg-config.
@@ -67,8 +67,14 @@ if(FSDP_NATIVE)
 endif()
 # Everything but the prefix is known now; the prefix only at install time (cmake --install --prefix).
 set(FSDP_PC_PREFIX "@FSDP_PC_PREFIX@")
-configure_file(${CMAKE_SOURCE_DIR}/cmake/fsdp.pc.in ${CMAKE_BINARY_DIR}/fsdp.pc.in @ONLY)
+configure_file(${PROJECT_SOURCE_DIR}/cmake/fsdp.pc.in ${PROJECT_BINARY_DIR}/fsdp.pc.in @ONLY)
 install(CODE "
   set(FSDP_PC_PREFIX \"\${CMAKE_INSTALL_PREFIX}\")
-  configure_file(\"${CMAKE_BINARY_DIR}/fsdp.pc.in\" \"${CMAKE_BINARY_DIR}/fsdp.pc\" @ONLY)")
-install(FILES ${CMAKE_BINARY_DIR}/fsdp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+  configure_file(\"${PROJECT_BINARY_DIR}/fsdp.pc.in\" \"${PROJECT_BINARY_DIR}/fsdp.pc\" @ONLY)")
+install(FILES ${PROJECT_BINARY_DIR}/fsdp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+
+# The in-tree example as a C test on 2 ranks (so `make test-asan` runs it under the sanitizers too);
+# tests/install runs the installed build of it and compares ranks.
+add_test(NAME example_custom_model_np2 COMMAND ${MPIEXEC_EXECUTABLE} -np 2 $<TARGET_FILE:fsdp-example-custom-model> 10)
+set_tests_properties(example_custom_model_np2 PROPERTIES TIMEOUT 120 ENVIRONMENT
+  "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
