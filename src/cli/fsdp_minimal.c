@@ -12,6 +12,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
+#include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
@@ -92,6 +93,11 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const
 
 static int run(minimal_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    const cli_output_path outputs[] = {
+        {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
+        {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
+        {"--dump-output", o->dump_output_path, CLI_OUT_FILE}};
+    if (cli_check_output_paths("fsdp-minimal", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
     if (o->batch % N) {
         fprintf(stderr, "fsdp-minimal: --batch %d is not divisible by the world size %d\n", o->batch, N);
         return 2;

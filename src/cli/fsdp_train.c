@@ -15,6 +15,7 @@
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
+#include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
 #include "comm/comm.h"
@@ -92,25 +93,37 @@ static fsdp_status dims_from_file(train_options *o) {
         }
         o->layers = layers;
         const char *heads = st_metadata(f, "n_head");
-        if (heads) o->heads = atoi(heads);
+        char *end = NULL;
+        long n_head = heads ? strtol(heads, &end, 10) : o->heads;
+        if (heads && (end == heads || *end || n_head < 1 || o->d_model % n_head))
+            s = fsdp_error(FSDP_ERR_INVALID_ARG, "%s: metadata n_head '%s': expected a positive integer dividing the "
+                           "width %d of wte.weight", o->init_path, heads, o->d_model);
+        else o->heads = (int)n_head;
         if (layers == 0) s = fsdp_error(FSDP_ERR_MISSING, "%s: no h.0.* blocks", o->init_path);
     }
     st_close(f);
     return s;
 }
 
-// Mean loss over `batches` fixed validation micro-batches (no dropout), averaged over ranks.
+// Mean loss over --eval-batches fixed validation micro-batches (no dropout), averaged over ranks. It
+// reads into its own buffers: the training batch (a fixed --input one included) is left as it is.
 static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, const train_options *o,
-                            fsdp_comm *world, int32_t *idx, int32_t *targets, double *out) {
+                            fsdp_comm *world, double *out) {
     nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = (uint64_t)o->seed};
+    size_t n = (size_t)o->batch * o->seq;
+    int32_t *idx = malloc(sizeof(int32_t) * n), *targets = malloc(sizeof(int32_t) * n);  // (batch, seq) each
+    fsdp_status s = idx && targets ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory for validation");
     double total = 0.0;
-    for (int b = 0; b < o->eval_batches; b++) {
+    for (int b = 0; b < o->eval_batches && s == FSDP_OK; b++) {
         fsdp_data_batch(val, b, 0, 1, fsdp_comm_rank(world), fsdp_comm_size(world), o->batch, o->seq, idx, targets);
-        FSDP_CHECK(fsdp_begin_eval(fs));
-        FSDP_CHECK(nn_gpt2_forward(&ctx, model, idx, targets, o->batch, o->seq));
-        FSDP_CHECK(fsdp_end_eval(fs));
+        s = fsdp_begin_eval(fs);
+        if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, idx, targets, o->batch, o->seq);
+        if (s == FSDP_OK) s = fsdp_end_eval(fs);
         total += model->loss;
     }
+    free(idx);
+    free(targets);
+    FSDP_CHECK(s);
     FSDP_CHECK(fsdp_all_reduce_double(world, &total));
     *out = total / o->eval_batches / fsdp_comm_size(world);
     return FSDP_OK;
@@ -163,21 +176,34 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
 
 static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    const cli_output_path outputs[] = {
+        {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
+        {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
+        {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
+        {"--plot", o->plot_path, CLI_OUT_FILE}};
+    if (cli_check_output_paths("fsdp-train", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
     fsdp_config fcfg;
     if (cli_fsdp_config("fsdp-train", &o->fsdp, &fcfg)) return 2;
     if (o->input_path && o->grad_accum != 1) {
         fprintf(stderr, "fsdp-train: --input holds one fixed batch: it needs --grad-accum 1\n");
         return 2;
     }
+    if (o->input_path && o->eval_every > 0 && !o->val_path) {
+        fprintf(stderr, "fsdp-train: --eval-every with --input needs --val-data (there is no training stream)\n");
+        return 2;
+    }
     fsdp_data *data = NULL, *val = NULL;
     if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) return fail(fsdp_last_error());
     if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) return fail(fsdp_last_error());
     if (o->eval_every > 0 && !val) val = data;  // validate on the training stream's first batches
-    int data_vocab = data ? fsdp_data_vocab(data) : 0;
-    if (data && data_vocab > o->vocab) {
-        fprintf(stderr, "fsdp-train: --vocab %d is smaller than the data's %d token ids (%s)\n", o->vocab,
-                data_vocab, fsdp_data_name(data));
-        return 2;
+    const fsdp_data *streams[2] = {data, val};  // training and validation data (either may be NULL)
+    for (int i = 0; i < 2; i++) {
+        int data_vocab = streams[i] ? fsdp_data_vocab(streams[i]) : 0;
+        if (data_vocab > o->vocab) {
+            fprintf(stderr, "fsdp-train: --vocab %d is smaller than the data's %d token ids (%s)\n", o->vocab,
+                    data_vocab, fsdp_data_name(streams[i]));
+            return 2;
+        }
     }
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     nn_gpt2 model;
@@ -270,7 +296,8 @@ static int run(train_options *o, fsdp_comm *world) {
             if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
-        float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps, o->min_lr)
+        // cosine: from --lr after the warmup down to --min-lr at the last step (steps - 1)
+        float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps - 1, o->min_lr)
                                     : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
         if (!skip) fsdp_optimizer_step(fs, lr);
         double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(fs) - c0;
@@ -281,7 +308,7 @@ static int run(train_options *o, fsdp_comm *world) {
         train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
                             (double)fsdp_mem_peak_total(), -1.0};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
-            evaluate(fs, &model, val, o, world, idx, targets, &rec.val_loss) != FSDP_OK)
+            evaluate(fs, &model, val, o, world, &rec.val_loss) != FSDP_OK)
             return fail(fsdp_last_error());
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
         double stop = stop_signal;  // every rank stops after the same step
