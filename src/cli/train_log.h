@@ -10,7 +10,7 @@ typedef struct {
     double ms_step;
     double exposed_comm_pct;
     double peak_mem_bytes;
-    double val_loss;  // < 0 when not evaluated this step
+    double val_loss;  // < 0 when not evaluated this step (a NaN one was evaluated: shown as nan, null in JSON)
 } train_record;
 
 typedef struct {

@@ -193,16 +193,32 @@ def check_sample(chk, train, tmp, init, model_state, train_bin):
     chk.true("sample after training differs from before", got is not None and got != outs[7])
 
 
+def png_size(path):
+    """(width, height) from a PNG's IHDR, or None when path is not a PNG."""
+    head = open(path, "rb").read(24) if os.path.exists(path) else b""
+    if len(head) < 24 or head[:8] != b"\x89PNG\r\n\x1a\n" or head[12:16] != b"IHDR":
+        return None
+    return struct.unpack(">II", head[16:24])
+
+
 def check_plot(chk, train, tmp):
-    png = os.path.join(tmp, "loss.png")
-    run([train, "--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "16", "--batch", "2", "--steps", "6",
-         "--eval-every", "2", "--plot", png, "--threads", "1"])
-    head = open(png, "rb").read(33) if os.path.exists(png) else b""
-    ok = len(head) == 33 and head[:8] == b"\x89PNG\r\n\x1a\n" and head[12:16] == b"IHDR"
-    w, h = struct.unpack(">II", head[16:24]) if ok else (0, 0)
-    chk.true(f"--plot writes a PNG ({w} x {h})", ok and w > 0 and h > 0, f"header {head!r}")
-    left = [f for f in os.listdir(tmp) if f.startswith("loss.png.tmp")]
-    chk.true("--plot leaves no temporary file", not left, str(left))
+    small = [train, "--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "16", "--batch", "2", "--steps", "6",
+             "--eval-every", "2", "--threads", "1"]
+    for name in ("loss.png", "it's a \"plot\" $(x).png"):  # quotes and shell characters in the name are safe
+        png = os.path.join(tmp, name)
+        run(small + ["--plot", png])
+        size = png_size(png)
+        chk.true(f"--plot {name!r} writes a PNG there ({size})", size is not None and min(size) > 0)
+    left = [f for f in os.listdir(tmp) if ".png.tmp" in f or f.startswith("it")]
+    chk.true("--plot leaves no temporary or stray file", sorted(left) == ["it's a \"plot\" $(x).png"], str(left))
+    nognuplot = os.path.join(tmp, "empty-bin")
+    os.makedirs(nognuplot, exist_ok=True)
+    png = os.path.join(tmp, "nognuplot.png")
+    rc, out, err = run(small + ["--plot", png], expect_ok=False, env={"PATH": nognuplot})
+    chk.true("--plot without gnuplot: non-zero exit, one line naming --plot, nothing of gnuplot's on stdout",
+             rc > 0 and len(err.strip().splitlines()) == 1 and "--plot" in err and not os.path.exists(png)
+             and all(x.startswith(("fsdp-train", " ", "step ", "mean ", "trace ")) for x in out.splitlines()),
+             f"rc {rc}\nstderr {err}\nstdout {out[-500:]}")
 
 
 def check_debug_info(chk, train):
