@@ -293,6 +293,29 @@ static fsdp_status parse_metadata(jparser *p, st_file *f) {
     }
 }
 
+// 1 if s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF);
+// else 0 with *bad = the offset of the first byte that is not. s: (n,)
+static int utf8_valid(const char *s, size_t n, size_t *bad) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        int ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++) {
+            ok = (u[i + k] & 0xC0) == 0x80;
+            cp = cp << 6 | (u[i + k] & 0x3F);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (!ok || cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) {
+            *bad = i;
+            return 0;
+        }
+        i += len;
+    }
+    return 1;
+}
+
 // Parses the whole header object into f->entries and f->meta.
 static fsdp_status parse_header(jparser *p, st_file *f) {
     int first = 1, have_meta = 0;
@@ -427,6 +450,11 @@ static fsdp_status parse_file(st_file *f) {
     f->data_off = 8 + hlen;
     jparser p = {hdr, (size_t)hlen, 0, f->path, NULL};
     fsdp_status s = pread_full(f, 8, hdr, hlen);
+    size_t bad = 0;
+    if (s == FSDP_OK && (hlen == 0 || hdr[0] != '{'))  // the format allows no whitespace before it
+        s = fsdp_error(FSDP_ERR_FORMAT, "%s: the header does not start with '{' (not a JSON object)", f->path);
+    if (s == FSDP_OK && !utf8_valid(hdr, (size_t)hlen, &bad))
+        s = fsdp_error(FSDP_ERR_FORMAT, "%s: the header is not valid UTF-8 (byte %zu)", f->path, bad);
     if (s == FSDP_OK) s = parse_header(&p, f);
     free(hdr);
     return s == FSDP_OK ? validate(f) : s;

@@ -392,10 +392,11 @@ static void test_format_rules(void) {
         const char *message;
     } cases[] = {
         // not a JSON object
-        {"[]", 0, FSDP_ERR_FORMAT, "invalid JSON header at byte 0: expected '{'"},
-        {"\"w\"", 0, FSDP_ERR_FORMAT, "expected '{'"},
-        {"7", 0, FSDP_ERR_FORMAT, "expected '{'"},
-        {"null", 0, FSDP_ERR_FORMAT, "expected '{'"},
+        {"[]", 0, FSDP_ERR_FORMAT, "the header does not start with '{' (not a JSON object)"},
+        {"\"w\"", 0, FSDP_ERR_FORMAT, "does not start with '{'"},
+        {"7", 0, FSDP_ERR_FORMAT, "does not start with '{'"},
+        {"null", 0, FSDP_ERR_FORMAT, "does not start with '{'"},
+        {" {}", 0, FSDP_ERR_FORMAT, "does not start with '{'"},  // padding goes after the JSON only
         {"{\"w\":[0,4]}", 4, FSDP_ERR_FORMAT, "expected '{'"},
         // a gap between tensors, before the first one, and bytes after the last one
         {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
@@ -420,6 +421,13 @@ static void test_format_rules(void) {
         // duplicate names (also with identical entries)
         {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
          "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, FSDP_ERR_FORMAT, "duplicate tensor 'w'"},
+        // a header that is not UTF-8: a stray continuation byte, an overlong '/', a surrogate
+        {"{\"\x80\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, FSDP_ERR_FORMAT,
+         "the header is not valid UTF-8 (byte 2)"},
+        {"{\"\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, FSDP_ERR_FORMAT,
+         "not valid UTF-8 (byte 2)"},
+        {"{\"\xed\xa0\x80\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, FSDP_ERR_FORMAT,
+         "not valid UTF-8 (byte 2)"},
         // a name that would break the message in two lines is printed on one
         {"{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, FSDP_ERR_FORMAT,
          "before tensor 'a?b'"},
@@ -429,7 +437,7 @@ static void test_format_rules(void) {
         expect_open_fail(path, cases[i].status, cases[i].message);
     }
     // The in-memory reader applies the same rules and names what it was given.
-    write_hf(path, cases[5].header, 1, zeros, cases[5].ndata);
+    write_hf(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 1, zeros, 8);
     unsigned char bytes[512];
     FILE *fp = fopen(path, "rb");
     size_t n = fp ? fread(bytes, 1, sizeof bytes, fp) : 0;
