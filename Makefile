@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: build run run-minimal test test-asan bench clean deps install
+.PHONY: build run run-minimal test test-asan bench clean deps install fuzz
 
 build: deps
 	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS) > $(BUILD).cmake.log 2>&1 || (cat $(BUILD).cmake.log; exit 1)
@@ -40,6 +40,12 @@ test-asan: deps
 PREFIX ?= /usr/local
 install: build
 	cmake --install $(BUILD) --prefix $(abspath $(PREFIX))
+
+# libFuzzer harnesses (fuzz/, built with clang in $(BUILD)/fuzz): each target for FUZZ_SECONDS, one
+# process at a time; new inputs collect in $(BUILD)/fuzz/corpus, crashing ones in $(BUILD)/fuzz/artifacts.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	@fuzz/fuzz.sh all $(BUILD)/fuzz $(FUZZ_SECONDS)
 
 bench: build
 	@bench/run.sh

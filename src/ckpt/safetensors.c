@@ -20,10 +20,10 @@
 #endif
 
 #define ST_MAX_HEADER 100000000ull  // 100 MB, the limit of the reference implementation
-#define ST_NDTYPES 6
+#define ST_NDTYPES 7
 
-static const char *const dtype_names[ST_NDTYPES] = {"F32", "BF16", "F16", "I32", "I64", "U8"};
-static const size_t dtype_sizes[ST_NDTYPES] = {4, 2, 2, 4, 8, 1};
+static const char *const dtype_names[ST_NDTYPES] = {"F32", "BF16", "F16", "I32", "I64", "U8", "F64"};
+static const size_t dtype_sizes[ST_NDTYPES] = {4, 2, 2, 4, 8, 1, 8};
 
 // The safetensors spelling of dt ("F32", "BF16", ...).
 const char *st_dtype_name(st_dtype dt) { return (unsigned)dt < ST_NDTYPES ? dtype_names[dt] : "?"; }
@@ -32,7 +32,8 @@ size_t st_dtype_size(st_dtype dt) { return (unsigned)dt < ST_NDTYPES ? dtype_siz
 
 struct st_file {
     char *path;
-    int fd;
+    int fd;                    // -1 when opened from memory
+    const unsigned char *mem;  // (file_size,) the bytes when opened with st_open_mem (not owned), else NULL
     uint64_t data_off;         // 8 + header length: where the data section starts
     uint64_t file_size;
     int n, cap;                // tensors
@@ -62,6 +63,13 @@ static void *grow(void *arr, int *cap, int need, size_t elem) {
 
 // Reads exactly n bytes at file offset off into dst. dst: (n,) bytes
 static fsdp_status pread_full(const st_file *f, uint64_t off, void *dst, uint64_t n) {
+    if (f->mem) {
+        if (off > f->file_size || n > f->file_size - off)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: unexpected end of file at byte %" PRIu64,
+                              f->path, f->file_size);
+        if (n) memcpy(dst, f->mem + off, (size_t)n);
+        return FSDP_OK;
+    }
     unsigned char *p = dst;
     while (n > 0) {
         ssize_t r = pread(f->fd, p, n > (1u << 30) ? (1u << 30) : (size_t)n, (off_t)off);
@@ -285,6 +293,29 @@ static fsdp_status parse_metadata(jparser *p, st_file *f) {
     }
 }
 
+// 1 if s[0..n) is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF);
+// else 0 with *bad = the offset of the first byte that is not. s: (n,)
+static int utf8_valid(const char *s, size_t n, size_t *bad) {
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned c = u[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        uint32_t cp = len == 1 ? c : len == 2 ? c & 0x1F : len == 3 ? c & 0x0F : c & 0x07;
+        int ok = len > 0 && i + len <= n;
+        for (size_t k = 1; ok && k < len; k++) {
+            ok = (u[i + k] & 0xC0) == 0x80;
+            cp = cp << 6 | (u[i + k] & 0x3F);
+        }
+        static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+        if (!ok || cp < min_cp[len] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) {
+            *bad = i;
+            return 0;
+        }
+        i += len;
+    }
+    return 1;
+}
+
 // Parses the whole header object into f->entries and f->meta.
 static fsdp_status parse_header(jparser *p, st_file *f) {
     int first = 1, have_meta = 0;
@@ -324,12 +355,39 @@ static fsdp_status parse_header(jparser *p, st_file *f) {
 static int cmp_name(const void *a, const void *b) {
     return strcmp((*(const st_entry *const *)a)->name, (*(const st_entry *const *)b)->name);
 }
-static int cmp_begin(const void *a, const void *b) {
+static int cmp_offsets(const void *a, const void *b) {  // by (begin, end)
     const st_entry *x = *(const st_entry *const *)a, *y = *(const st_entry *const *)b;
-    return x->begin < y->begin ? -1 : x->begin > y->begin;
+    if (x->begin != y->begin) return x->begin < y->begin ? -1 : 1;
+    return x->end < y->end ? -1 : x->end > y->end;
 }
 
-// Checks every entry against its dtype, shape and the file size; rejects duplicates and overlaps.
+// Checks that the tensors, in (begin, end) order, tile the data section of data_size bytes exactly
+// (the format's rule: the byte buffer is entirely indexed, no holes, no overlaps, nothing after the
+// last tensor; a zero-size tensor sits where the previous tensor ends). by_offsets: (f->n,)
+static fsdp_status check_coverage(const st_file *f, const st_entry **by_offsets, uint64_t data_size) {
+    if (f->n > 0) qsort(by_offsets, (size_t)f->n, sizeof *by_offsets, cmp_offsets);
+    uint64_t covered = 0;                     // bytes [0, covered) belong to the tensors seen so far
+    const st_entry *prev = NULL;              // the tensor that ends at `covered`
+    for (int i = 0; i < f->n; i++) {
+        const st_entry *e = by_offsets[i];
+        if (e->begin < covered)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' (data_offsets [%" PRIu64 ", %" PRIu64 "]) overlaps "
+                              "tensor '%s' (which ends at %" PRIu64 ")", f->path, e->name, e->begin, e->end,
+                              prev->name, covered);
+        if (e->begin > covered)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: gap in the data section: bytes [%" PRIu64 ", %" PRIu64 ") before "
+                              "tensor '%s' belong to no tensor", f->path, covered, e->begin, e->name);
+        covered = e->end;
+        prev = e;
+    }
+    if (covered != data_size)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: the data section has %" PRIu64 " bytes but the tensors cover only "
+                          "the first %" PRIu64 " (trailing bytes)", f->path, data_size, covered);
+    return FSDP_OK;
+}
+
+// Checks every entry against its dtype, shape and the file size; rejects duplicates, overlaps, gaps
+// and trailing bytes.
 static fsdp_status validate(st_file *f) {
     uint64_t data_size = f->file_size - f->data_off;
     for (int i = 0; i < f->n; i++) {
@@ -354,40 +412,26 @@ static fsdp_status validate(st_file *f) {
                               "data section but it has only %" PRIu64 " bytes", f->path, e->name, e->end,
                               data_size);
     }
-    if (f->n == 0) return FSDP_OK;
+    if (f->n == 0) return check_coverage(f, NULL, data_size);
     f->by_name = malloc((size_t)f->n * sizeof *f->by_name);
-    const st_entry **by_begin = malloc((size_t)f->n * sizeof *by_begin);
-    if (!f->by_name || !by_begin) {
-        free(by_begin);
+    const st_entry **by_offsets = malloc((size_t)f->n * sizeof *by_offsets);
+    if (!f->by_name || !by_offsets) {
+        free(by_offsets);
         return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", f->path);
     }
-    for (int i = 0; i < f->n; i++) f->by_name[i] = by_begin[i] = &f->entries[i];
+    for (int i = 0; i < f->n; i++) f->by_name[i] = by_offsets[i] = &f->entries[i];
     qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, cmp_name);
-    qsort(by_begin, (size_t)f->n, sizeof *by_begin, cmp_begin);
     fsdp_status s = FSDP_OK;
     for (int i = 1; i < f->n && s == FSDP_OK; i++)
         if (!strcmp(f->by_name[i - 1]->name, f->by_name[i]->name))
             s = fsdp_error(FSDP_ERR_FORMAT, "%s: duplicate tensor '%s'", f->path, f->by_name[i]->name);
-    const st_entry *prev = NULL;  // the non-empty tensor reaching furthest so far
-    for (int i = 0; i < f->n && s == FSDP_OK; i++) {
-        const st_entry *e = by_begin[i];
-        if (e->begin == e->end) continue;  // empty tensors occupy no bytes
-        if (prev && e->begin < prev->end)
-            s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor '%s' overlaps tensor '%s'", f->path, e->name, prev->name);
-        if (!prev || e->end > prev->end) prev = e;
-    }
-    free(by_begin);
+    if (s == FSDP_OK) s = check_coverage(f, by_offsets, data_size);
+    free(by_offsets);
     return s;
 }
 
-// Opens f->path, reads, parses and validates the header.
-static fsdp_status open_impl(st_file *f) {
-    struct stat st;
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
-    if (f->fd < 0 || fstat(f->fd, &st) != 0)
-        return fsdp_error(FSDP_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return fsdp_error(FSDP_ERR_IO, "%s: cannot open: not a regular file", f->path);
-    f->file_size = (uint64_t)st.st_size;
+// Reads, parses and validates the header of f (file_size and the fd or mem already set).
+static fsdp_status parse_file(st_file *f) {
     if (f->file_size < 8)
         return fsdp_error(FSDP_ERR_FORMAT, "%s: truncated: file has %" PRIu64 " bytes, need at least 8",
                           f->path, f->file_size);
@@ -406,21 +450,58 @@ static fsdp_status open_impl(st_file *f) {
     f->data_off = 8 + hlen;
     jparser p = {hdr, (size_t)hlen, 0, f->path, NULL};
     fsdp_status s = pread_full(f, 8, hdr, hlen);
+    size_t bad = 0;
+    if (s == FSDP_OK && (hlen == 0 || hdr[0] != '{'))  // the format allows no whitespace before it
+        s = fsdp_error(FSDP_ERR_FORMAT, "%s: the header does not start with '{' (not a JSON object)", f->path);
+    if (s == FSDP_OK && !utf8_valid(hdr, (size_t)hlen, &bad))
+        s = fsdp_error(FSDP_ERR_FORMAT, "%s: the header is not valid UTF-8 (byte %zu)", f->path, bad);
     if (s == FSDP_OK) s = parse_header(&p, f);
     free(hdr);
     return s == FSDP_OK ? validate(f) : s;
 }
 
+// Opens f->path, then parses and validates it.
+static fsdp_status open_impl(st_file *f) {
+    struct stat st;
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0 || fstat(f->fd, &st) != 0)
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot open: %s", f->path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fsdp_error(FSDP_ERR_IO, "%s: cannot open: not a regular file", f->path);
+    f->file_size = (uint64_t)st.st_size;
+    return parse_file(f);
+}
+
+// A zeroed st_file named `name` with no fd, or NULL (message set) when out of memory.
+static st_file *new_file(const char *name) {
+    st_file *f = calloc(1, sizeof *f);
+    if (f) f->fd = -1;
+    if (!f || !(f->path = dupstr(name))) {
+        free(f);
+        fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", name);
+        return NULL;
+    }
+    return f;
+}
+
 // Opens and validates path; on success *out is an open file for st_close, else NULL.
 fsdp_status st_open(const char *path, st_file **out) {
     *out = NULL;
-    st_file *f = calloc(1, sizeof *f);
-    if (f) f->fd = -1;
-    if (!f || !(f->path = dupstr(path))) {
-        free(f);
-        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
-    }
+    st_file *f = new_file(path);
+    if (!f) return FSDP_ERR_NOMEM;
     fsdp_status s = open_impl(f);
+    if (s == FSDP_OK) *out = f;
+    else st_close(f);
+    return s;
+}
+
+// Validates the `len` bytes at `bytes` as a safetensors file called `name` in messages. bytes: (len,)
+fsdp_status st_open_mem(const char *name, const void *bytes, size_t len, st_file **out) {
+    *out = NULL;
+    st_file *f = new_file(name);
+    if (!f) return FSDP_ERR_NOMEM;
+    f->mem = bytes;
+    f->file_size = len;
+    fsdp_status s = parse_file(f);
     if (s == FSDP_OK) *out = f;
     else st_close(f);
     return s;
@@ -502,9 +583,13 @@ static fsdp_status read_convert(const st_file *f, const st_entry *e, uint64_t fi
         for (size_t j = 0; j < m && s == FSDP_OK; j++) {
             uint16_t h;
             int64_t v;
+            double d;
             if (e->dtype == ST_BF16 || e->dtype == ST_F16) {
                 memcpy(&h, buf + 2 * j, 2);
                 fdst[i0 + j] = e->dtype == ST_BF16 ? fsdp_bf16_to_f32(h) : fsdp_f16_to_f32(h);
+            } else if (e->dtype == ST_F64) {  // rounded to nearest (IEEE): beyond f32's range -> +-inf
+                memcpy(&d, buf + 8 * j, 8);
+                fdst[i0 + j] = (float)d;
             } else {  // I64
                 memcpy(&v, buf + 8 * j, 8);
                 if (v >= INT32_MIN && v <= INT32_MAX) idst[i0 + j] = (int32_t)v;
@@ -517,20 +602,20 @@ static fsdp_status read_convert(const st_file *f, const st_entry *e, uint64_t fi
     return s;
 }
 
-// Reads an F32/BF16/F16 tensor of exactly shape[ndim] as float. dst: (numel,)
+// Reads an F32/BF16/F16/F64 tensor of exactly shape[ndim] as float. dst: (numel,)
 fsdp_status st_read_f32(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape) {
-    static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16};
+    static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16, ST_F64};
     const st_entry *e;
-    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 3, "F32, BF16 or F16", &e));
+    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 4, "F32, BF16, F16 or F64", &e));
     return read_convert(f, e, 0, (e->end - e->begin) / st_dtype_size(e->dtype), dst, NULL);
 }
 
-// Reads elements [first, first + count) of an F32/BF16/F16 tensor of exactly shape[ndim]. dst: (count,)
+// Reads elements [first, first + count) of an F32/BF16/F16/F64 tensor of exactly shape[ndim]. dst: (count,)
 fsdp_status st_read_f32_range(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape,
                               int64_t first, int64_t count) {
-    static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16};
+    static const st_dtype ok[] = {ST_F32, ST_BF16, ST_F16, ST_F64};
     const st_entry *e;
-    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 3, "F32, BF16 or F16", &e));
+    FSDP_CHECK(lookup(f, name, ndim, shape, ok, 4, "F32, BF16, F16 or F64", &e));
     uint64_t numel = (e->end - e->begin) / st_dtype_size(e->dtype);
     if (first < 0 || count < 0 || (uint64_t)(first + count) > numel)
         return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: tensor '%s': elements [%lld, %lld) outside its %llu",

@@ -2,8 +2,11 @@
 // File = u64 little-endian header length N, N bytes of JSON header, then the data section.
 // Header: {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, ...,
 //          "__metadata__": {"key": "value", ...}}; offsets are relative to the data section.
-// The reader validates the header against the file size (every tensor inside, sizes consistent
-// with dtype x shape, no overlap). Every error message names the file and, where there is one,
+// The reader validates the header against the file size as the format requires: every tensor's size
+// consistent with dtype x shape, names unique, and the tensors covering the data section exactly (no
+// overlap, no gap, no trailing bytes; a zero-size tensor sits where the previous one ends). It reads
+// what Hugging Face's library writes: a header padded with spaces, "__metadata__" present or absent,
+// zero-size tensors, F16/BF16/F64 (read as f32: F16/BF16 exactly, F64 rounded to nearest). Every error message names the file and, where there is one,
 // the tensor, e.g. "x.safetensors: tensor 'wte.weight' has shape [3, 4], expected [5, 4]".
 #pragma once
 #include <stddef.h>
@@ -14,7 +17,7 @@
 #define ST_MAX_DIMS 8
 #define ST_NAME_MAX 256
 
-typedef enum { ST_F32, ST_BF16, ST_F16, ST_I32, ST_I64, ST_U8 } st_dtype;
+typedef enum { ST_F32, ST_BF16, ST_F16, ST_I32, ST_I64, ST_U8, ST_F64 } st_dtype;
 
 typedef struct {
     char name[ST_NAME_MAX];
@@ -30,6 +33,9 @@ const char *st_dtype_name(st_dtype dt);
 size_t st_dtype_size(st_dtype dt);
 
 fsdp_status st_open(const char *path, st_file **out);
+// The same checks over a file's bytes in memory (name is used in messages); the bytes must outlive the
+// st_file, whose reads copy from them. bytes: (len,)
+fsdp_status st_open_mem(const char *name, const void *bytes, size_t len, st_file **out);
 void st_close(st_file *f);
 const char *st_path(const st_file *f);
 int st_count(const st_file *f);
@@ -37,7 +43,7 @@ const st_entry *st_entry_at(const st_file *f, int i);
 const st_entry *st_find(const st_file *f, const char *name);  // NULL if absent
 const char *st_metadata(const st_file *f, const char *key);   // NULL if absent
 
-// Reads tensor `name` as f32 into dst (F32, BF16 or F16 on disk). The tensor must exist and have
+// Reads tensor `name` as f32 into dst (F32, BF16, F16 or F64 on disk). The tensor must exist and have
 // exactly shape[ndim]; otherwise FSDP_ERR_MISSING / FSDP_ERR_SHAPE / FSDP_ERR_DTYPE with a message.
 // dst: (numel,)
 fsdp_status st_read_f32(const st_file *f, const char *name, float *dst, int ndim, const int64_t *shape);

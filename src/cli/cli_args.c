@@ -2,6 +2,8 @@
 #include "cli/cli_args.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,9 +75,11 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
         switch (a->type) {
         case ARG_INT: {
             long v = strtol(value, &end, 10);
-            if (!*value || *end || errno || (a->min <= a->max && (v < a->min || v > a->max))) {
-                fprintf(stderr, "%s: %s: expected an integer in [%.0f, %.0f], got '%s'\n", prog, flag,
-                        a->min, a->max, value);
+            int ranged = a->min <= a->max;  // an unranged flag still takes only what an int holds
+            double lo = ranged ? a->min : INT_MIN, hi = ranged ? a->max : INT_MAX;
+            if (!*value || *end || errno || v < lo || v > hi || v < INT_MIN || v > INT_MAX) {
+                fprintf(stderr, "%s: %s: expected an integer in [%.0f, %.0f], got '%s'\n", prog, flag, lo, hi,
+                        value);
                 return -1;
             }
             *(int *)a->target = (int)v;
@@ -83,9 +87,10 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
         }
         case ARG_FLOAT: {
             double v = strtod(value, &end);
-            if (!*value || *end || errno || !isfinite(v) || (a->min <= a->max && (v < a->min || v > a->max))) {
-                fprintf(stderr, "%s: %s: expected a number in [%g, %g], got '%s'\n", prog, flag, a->min,
-                        a->max, value);
+            int ranged = a->min <= a->max;  // an unranged flag still takes only what a float holds
+            double lo = ranged ? a->min : -FLT_MAX, hi = ranged ? a->max : FLT_MAX;
+            if (!*value || *end || errno || !isfinite(v) || v < lo || v > hi || fabs(v) > FLT_MAX) {
+                fprintf(stderr, "%s: %s: expected a number in [%g, %g], got '%s'\n", prog, flag, lo, hi, value);
                 return -1;
             }
             *(float *)a->target = (float)v;

@@ -26,6 +26,10 @@ fsdp_status fsdp_error(fsdp_status s, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
+    // One line whatever a file, tensor or flag name holds: line breaks and other control
+    // characters become '?'.
+    for (char *c = last_error; *c; c++)
+        if ((unsigned char)*c < 0x20 && *c != '\t') *c = '?';
     return s;
 }
 

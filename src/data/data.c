@@ -212,6 +212,11 @@ static fsdp_status load_text(FILE *fp, const char *path, int64_t size, fsdp_data
     return s;
 }
 
+// Loads `size` bytes from fp, open at their start: an llm.c token file if path ends in ".bin", else text.
+static fsdp_status load_stream(FILE *fp, const char *path, int64_t size, fsdp_data *d) {
+    return ends_with_bin(path) ? load_bin(fp, path, size, d) : load_text(fp, path, size, d);
+}
+
 static fsdp_status load_file(const char *path, fsdp_data *d) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return fsdp_error(FSDP_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
@@ -219,15 +224,26 @@ static fsdp_status load_file(const char *path, fsdp_data *d) {
     fsdp_status s = FSDP_OK;
     if (fstat(fileno(fp), &st) != 0) s = fsdp_error(FSDP_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode)) s = fsdp_error(FSDP_ERR_IO, "%s: cannot open: not a regular file", path);
-    else if (ends_with_bin(path)) s = load_bin(fp, path, (int64_t)st.st_size, d);
-    else s = load_text(fp, path, (int64_t)st.st_size, d);
+    else s = load_stream(fp, path, (int64_t)st.st_size, d);
+    fclose(fp);
+    return s;
+}
+
+// Loads the `len` bytes at `bytes` as the file `name` would be loaded. bytes: (len,)
+static fsdp_status load_mem(const char *name, const void *bytes, size_t len, fsdp_data *d) {
+    static char none[1];  // fmemopen wants a non-empty buffer; nothing is read from it when len == 0
+    FILE *fp = fmemopen(len ? (void *)bytes : none, len ? len : 1, "rb");
+    if (!fp) return fsdp_error(FSDP_ERR_NOMEM, "%s: cannot open the bytes in memory: %s", name, strerror(errno));
+    fsdp_status s = load_stream(fp, name, (int64_t)len, d);
     fclose(fp);
     return s;
 }
 
 // ---- the API ----
 
-fsdp_status fsdp_data_open(const char *path, int T, fsdp_data **out) {
+// Opens the built-in corpus (path == NULL), the file `path`, or (bytes != NULL) the `len` bytes at
+// `bytes` standing for a file called `path`. bytes: (len,) or NULL
+static fsdp_status open_impl(const char *path, const void *bytes, size_t len, int T, fsdp_data **out) {
     FSDP_ASSERT(out);
     *out = NULL;
     const char *name = path ? path : CORPUS_NAME;
@@ -241,7 +257,9 @@ fsdp_status fsdp_data_open(const char *path, int T, fsdp_data **out) {
     }
     memcpy(d->name, name, k + 1);
     fsdp_status s;
-    if (path) {
+    if (bytes) {
+        s = load_mem(path, bytes, len, d);
+    } else if (path) {
         s = load_file(path, d);
     } else {
         d->tok = malloc(CORPUS_BYTES * sizeof(uint16_t));
@@ -258,6 +276,13 @@ fsdp_status fsdp_data_open(const char *path, int T, fsdp_data **out) {
     }
     *out = d;
     return FSDP_OK;
+}
+
+fsdp_status fsdp_data_open(const char *path, int T, fsdp_data **out) { return open_impl(path, NULL, 0, T, out); }
+
+fsdp_status fsdp_data_open_mem(const char *name, const void *bytes, size_t len, int T, fsdp_data **out) {
+    FSDP_ASSERT(name && bytes);
+    return open_impl(name, bytes, len, T, out);
 }
 
 void fsdp_data_close(fsdp_data *d) {

@@ -6,6 +6,7 @@
 // Files are read fully into memory (plain malloc; the data sets here are a few MB) and kept as uint16
 // tokens; nothing is mapped and the file is closed when fsdp_data_open returns.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/status.h"
@@ -22,6 +23,9 @@ typedef struct fsdp_data fsdp_data;  // opaque
 // (or "built-in corpus") and what was wrong: FSDP_ERR_IO (cannot open/read), FSDP_ERR_FORMAT (bad
 // magic, version, count or size), FSDP_ERR_INVALID_ARG (T <= 0 or too few tokens), FSDP_ERR_NOMEM.
 fsdp_status fsdp_data_open(const char *path, int T, fsdp_data **out);
+// The same over a file's bytes in memory (copied): name decides .bin or text and names the data in
+// messages. bytes: (len,)
+fsdp_status fsdp_data_open_mem(const char *name, const void *bytes, size_t len, int T, fsdp_data **out);
 void fsdp_data_close(fsdp_data *d);  // NULL is fine
 
 int64_t fsdp_data_tokens(const fsdp_data *d);

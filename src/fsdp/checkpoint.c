@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_dir.h"
 #include "ckpt/crc32.h"
 #include "ckpt/safetensors.h"
 #include "core/alloc.h"
@@ -393,25 +394,19 @@ static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model
 }
 
 fsdp_status fsdp_verify_marker(const char *dir) {
-    char path[4200], line[512];
-    snprintf(path, sizeof path, "%s/DONE", dir);
-    FILE *f = fopen(path, "r");
-    if (!f) return fsdp_error(FSDP_ERR_MISSING, "%s: no completion marker DONE: the checkpoint is incomplete", dir);
-    fsdp_status st = FSDP_OK;
-    while (st == FSDP_OK && fgets(line, sizeof line, f)) {
-        char name[256];
-        unsigned want;
-        if (sscanf(line, "%255s %x", name, &want) != 2) continue;  // "complete"
+    fsdp_marker_file files[8];
+    int n = 0;
+    FSDP_CHECK(fsdp_ckpt_read_marker(dir, files, 8, &n));
+    for (int i = 0; i < n; i++) {
         char file[4200];
         uint32_t crc = 0;
-        snprintf(file, sizeof file, "%s/%s", dir, name);
-        st = fsdp_crc32_file(file, &crc);
-        if (st == FSDP_OK && crc != want)
-            st = fsdp_error(FSDP_ERR_FORMAT, "%s: checksum mismatch (DONE %08x, file %08x): the file is damaged", file,
-                            want, crc);
+        snprintf(file, sizeof file, "%s/%s", dir, files[i].name);
+        FSDP_CHECK(fsdp_crc32_file(file, &crc));
+        if (crc != files[i].crc)
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: checksum mismatch (DONE %08x, file %08x): the file is damaged",
+                              file, files[i].crc, crc);
     }
-    fclose(f);
-    return st;
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts) {

@@ -1,6 +1,7 @@
-// test_safetensors.c: safetensors round trips (F32/BF16/F16/I32/I64/U8, metadata, escaped names),
-// malformed files (each must fail with the right status and a message naming the file), and
-// atomic commits (a failed commit leaves the old file and no temporary file behind).
+// test_safetensors.c: safetensors round trips (F32/BF16/F16/F64/I32/I64/U8, metadata, escaped names),
+// files laid out the way Hugging Face's library writes them, malformed files and what the format
+// forbids (each must fail with the right status and a one-line message naming the file), the
+// in-memory reader, and atomic commits (a failed commit leaves the old file and no temporary file).
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -254,8 +255,8 @@ static void test_malformed(void) {
     expect_open_fail(path, FSDP_ERR_FORMAT, "tensor 'w' has 8 bytes but dtype F32 and shape [3] need 12");
     write_json(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [8, 4]}}", 8);
     expect_open_fail(path, FSDP_ERR_FORMAT, "'w'");
-    write_json(path, "{\"w\": {\"dtype\": \"F64\", \"shape\": [1], \"data_offsets\": [0, 8]}}", 8);
-    expect_open_fail(path, FSDP_ERR_DTYPE, "tensor 'w' has unsupported dtype 'F64'");
+    write_json(path, "{\"w\": {\"dtype\": \"BOOL\", \"shape\": [1], \"data_offsets\": [0, 1]}}", 1);
+    expect_open_fail(path, FSDP_ERR_DTYPE, "tensor 'w' has unsupported dtype 'BOOL'");
     write_json(path, "{\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}, "
                      "\"w\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [4, 8]}}", 8);
     expect_open_fail(path, FSDP_ERR_FORMAT, "duplicate tensor 'w'");
@@ -265,7 +266,7 @@ static void test_malformed(void) {
 
     // A hand-written valid file with padding, escapes and an empty tensor opens fine.
     write_json(path, "{\"__metadata__\":{\"k\":\"\\u00e9\\n\"}, \"w\\u0041\": {\"dtype\": \"U8\", "
-                     "\"shape\": [2, 0], \"data_offsets\": [3, 3]}, \"z\": {\"dtype\": \"I32\", "
+                     "\"shape\": [2, 0], \"data_offsets\": [4, 4]}, \"z\": {\"dtype\": \"I32\", "
                      "\"shape\": [], \"data_offsets\": [0, 4]}}   ", 4);
     st_file *f = NULL;
     CHECK_EQ_INT(st_open(path, &f), FSDP_OK);
@@ -277,6 +278,176 @@ static void test_malformed(void) {
         CHECK_EQ_INT(z, 0x03020100);
     }
     st_close(f);
+    unlink(path);
+}
+
+// Writes a file byte by byte as Hugging Face's safetensors library lays it out: the header padded
+// with spaces to a multiple of 8 bytes when pad is set, then `ndata` bytes of data. data: (ndata,)
+static void write_hf(const char *path, const char *header, int pad, const void *data, size_t ndata) {
+    unsigned char buf[4096] = {0};
+    size_t n = strlen(header), padded = pad ? (n + 7) / 8 * 8 : n;
+    CHECK(8 + padded + ndata <= sizeof buf);
+    for (int i = 0; i < 8; i++) buf[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    memcpy(buf + 8, header, n);
+    memset(buf + 8 + n, ' ', padded - n);
+    if (ndata) memcpy(buf + 8 + padded, data, ndata);
+    test_write_bytes(path, buf, 8 + padded + ndata);
+}
+
+// Files as Hugging Face writes them: padded headers, "__metadata__" present or absent, tensors listed
+// in another order than their data, zero-size tensors, F16/BF16/F64 (read as f32), read from a file
+// and from memory alike.
+static void test_hf_layout(void) {
+    char path[512];
+    tmp_path(path, "hf.safetensors");
+    // data: h (F16 [2]) at [0, 4), b (BF16 [2]) at [4, 8), d (F64 [4]) at [8, 40), f (F32 [1]) at [40, 44)
+    unsigned char data[44];
+    uint16_t h[2] = {fsdp_f32_to_f16(-1.5f), fsdp_f32_to_f16(65504.0f)};
+    fsdp_bf16 b[2] = {fsdp_f32_to_bf16(3.0e38f), fsdp_f32_to_bf16(-0.15625f)};
+    double d[4] = {0.1, -3.5, 1e300, 1e-310};
+    float fv = 42.0f;
+    memcpy(data, h, 4);
+    memcpy(data + 4, b, 4);
+    memcpy(data + 8, d, 32);
+    memcpy(data + 40, &fv, 4);
+    const char *with_meta =
+        "{\"__metadata__\":{\"format\":\"pt\"},\"d\":{\"dtype\":\"F64\",\"shape\":[2,2],\"data_offsets\":[8,40]},"
+        "\"empty\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[44,44]},\"f\":{\"dtype\":\"F32\","
+        "\"shape\":[1],\"data_offsets\":[40,44]},\"h\":{\"dtype\":\"F16\",\"shape\":[2],\"data_offsets\":[0,4]},"
+        "\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]},\"first\":{\"dtype\":\"BF16\","
+        "\"shape\":[0],\"data_offsets\":[0,0]}}";
+    const char *without_meta =
+        "{\"b\":{\"dtype\":\"BF16\",\"shape\":[2],\"data_offsets\":[4,8]},\"d\":{\"dtype\":\"F64\",\"shape\":[2,2],"
+        "\"data_offsets\":[8,40]},\"f\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[40,44]},\"h\":{\"dtype\":"
+        "\"F16\",\"shape\":[2],\"data_offsets\":[0,4]},\"mid\":{\"dtype\":\"F64\",\"shape\":[3,0],\"data_offsets\":"
+        "[8,8]},\"empty\":{\"dtype\":\"F32\",\"shape\":[0,3],\"data_offsets\":[44,44]}}";
+    for (int variant = 0; variant < 4; variant++) {
+        int meta = variant < 2, from_memory = variant % 2;
+        write_hf(path, meta ? with_meta : without_meta, 1, data, sizeof data);
+        unsigned char bytes[4096];
+        FILE *fp = fopen(path, "rb");
+        size_t nbytes = fp ? fread(bytes, 1, sizeof bytes, fp) : 0;
+        if (fp) fclose(fp);
+        CHECK_EQ_INT((nbytes - sizeof data - 8) % 8, 0);  // the header really is padded
+        CHECK(bytes[8 + strlen(meta ? with_meta : without_meta)] == ' ' || (strlen(meta ? with_meta : without_meta) % 8) == 0);
+        st_file *f = NULL;
+        CHECK_EQ_INT(from_memory ? st_open_mem(path, bytes, nbytes, &f) : st_open(path, &f), FSDP_OK);
+        if (!f) {
+            fprintf(stderr, "%s\n", fsdp_last_error());
+            continue;
+        }
+        CHECK_EQ_INT(st_count(f), 6);
+        CHECK(meta ? st_metadata(f, "format") && !strcmp(st_metadata(f, "format"), "pt") : !st_metadata(f, "format"));
+        float out[4] = {-1, -1, -1, -1};
+        int64_t s2[1] = {2}, s22[2] = {2, 2}, s1[1] = {1}, s03[2] = {0, 3};
+        CHECK_EQ_INT(st_read_f32(f, "h", out, 1, s2), FSDP_OK);
+        CHECK(out[0] == -1.5f && out[1] == 65504.0f);
+        CHECK_EQ_INT(st_read_f32(f, "b", out, 1, s2), FSDP_OK);
+        CHECK(out[0] == fsdp_bf16_to_f32(b[0]) && out[1] == -0.15625f);
+        CHECK_EQ_INT(st_read_f32(f, "d", out, 2, s22), FSDP_OK);  // F64 rounded to the nearest f32
+        CHECK(out[0] == 0.1f && out[1] == -3.5f && isinf(out[2]) && out[2] > 0 && out[3] == 0.0f);
+        CHECK_EQ_INT(st_read_f32_range(f, "d", out, 2, s22, 1, 2), FSDP_OK);
+        CHECK(out[0] == -3.5f && isinf(out[1]));
+        CHECK_EQ_INT(st_read_f32(f, "f", out, 1, s1), FSDP_OK);
+        CHECK(out[0] == 42.0f);
+        CHECK_EQ_INT(st_read_f32(f, "empty", out, 2, s03), FSDP_OK);
+        int32_t iout[1];
+        CHECK_EQ_INT(st_read_i32(f, "d", iout, 2, s22), FSDP_ERR_DTYPE);
+        check_msg(path, "'d' has dtype F64");
+        st_close(f);
+    }
+    // An unpadded header (our writer pads too, but the format does not require it) reads the same.
+    write_hf(path, "{\"f\":{\"dtype\":\"F32\",\"shape\":[],\"data_offsets\":[0,4]}}", 0, &fv, 4);
+    st_file *f = NULL;
+    CHECK_EQ_INT(st_open(path, &f), FSDP_OK);
+    float one = 0;
+    if (f) CHECK_EQ_INT(st_read_f32(f, "f", &one, 0, NULL), FSDP_OK);
+    CHECK(one == 42.0f);
+    st_close(f);
+
+    // Our writer's F64 round-trips through the f32 reader.
+    double dd[2] = {2.5, -1e-3};
+    int64_t s2[1] = {2};
+    st_writer *w = st_writer_new(path);
+    CHECK_EQ_INT(st_writer_add(w, "x", ST_F64, 1, s2, dd), FSDP_OK);
+    CHECK_EQ_INT(st_writer_commit(w), FSDP_OK);
+    CHECK_EQ_INT(st_open(path, &f), FSDP_OK);
+    float o2[2] = {0, 0};
+    if (f) CHECK_EQ_INT(st_read_f32(f, "x", o2, 1, s2), FSDP_OK);
+    CHECK(o2[0] == 2.5f && o2[1] == (float)-1e-3);
+    st_close(f);
+    unlink(path);
+}
+
+// What the format forbids, each in a file built here: the open fails with a one-line message that
+// names the file and the problem.
+static void test_format_rules(void) {
+    char path[512];
+    tmp_path(path, "rules.safetensors");
+    unsigned char zeros[64] = {0};
+    static const struct {
+        const char *header;
+        size_t ndata;
+        fsdp_status status;
+        const char *message;
+    } cases[] = {
+        // not a JSON object
+        {"[]", 0, FSDP_ERR_FORMAT, "the header does not start with '{' (not a JSON object)"},
+        {"\"w\"", 0, FSDP_ERR_FORMAT, "does not start with '{'"},
+        {"7", 0, FSDP_ERR_FORMAT, "does not start with '{'"},
+        {"null", 0, FSDP_ERR_FORMAT, "does not start with '{'"},
+        {" {}", 0, FSDP_ERR_FORMAT, "does not start with '{'"},  // padding goes after the JSON only
+        {"{\"w\":[0,4]}", 4, FSDP_ERR_FORMAT, "expected '{'"},
+        // a gap between tensors, before the first one, and bytes after the last one
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"v\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 12, FSDP_ERR_FORMAT,
+         "gap in the data section: bytes [4, 8) before tensor 'v' belong to no tensor"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, FSDP_ERR_FORMAT,
+         "gap in the data section: bytes [0, 4) before tensor 'w'"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, FSDP_ERR_FORMAT,
+         "the data section has 8 bytes but the tensors cover only the first 4 (trailing bytes)"},
+        {"{\"__metadata__\":{\"format\":\"pt\"}}", 8, FSDP_ERR_FORMAT, "trailing bytes"},
+        // overlapping offsets, a zero-size tensor inside another, offsets out of bounds
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"v\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, FSDP_ERR_FORMAT,
+         "tensor 'v' (data_offsets [4, 8]) overlaps tensor 'w'"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+         "\"e\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[4,4]}}", 8, FSDP_ERR_FORMAT,
+         "tensor 'e' (data_offsets [4, 4]) overlaps tensor 'w'"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4, FSDP_ERR_FORMAT,
+         "truncated: tensor 'w' ends at byte 8 of the data section but it has only 4 bytes"},
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[12,12]}}", 4, FSDP_ERR_FORMAT,
+         "truncated: tensor 'w' ends at byte 12"},
+        // duplicate names (also with identical entries)
+        {"{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+         "\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, FSDP_ERR_FORMAT, "duplicate tensor 'w'"},
+        // a header that is not UTF-8: a stray continuation byte, an overlong '/', a surrogate
+        {"{\"\x80\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, FSDP_ERR_FORMAT,
+         "the header is not valid UTF-8 (byte 2)"},
+        {"{\"\xc0\xaf\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, FSDP_ERR_FORMAT,
+         "not valid UTF-8 (byte 2)"},
+        {"{\"\xed\xa0\x80\":{\"dtype\":\"F32\",\"shape\":[0],\"data_offsets\":[0,0]}}", 0, FSDP_ERR_FORMAT,
+         "not valid UTF-8 (byte 2)"},
+        // a name that would break the message in two lines is printed on one
+        {"{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, FSDP_ERR_FORMAT,
+         "before tensor 'a?b'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        write_hf(path, cases[i].header, 1, zeros, cases[i].ndata);
+        expect_open_fail(path, cases[i].status, cases[i].message);
+    }
+    // The in-memory reader applies the same rules and names what it was given.
+    write_hf(path, "{\"w\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 1, zeros, 8);
+    unsigned char bytes[512];
+    FILE *fp = fopen(path, "rb");
+    size_t n = fp ? fread(bytes, 1, sizeof bytes, fp) : 0;
+    if (fp) fclose(fp);
+    st_file *f = (st_file *)&f;
+    CHECK_EQ_INT(st_open_mem("in-memory", bytes, n, &f), FSDP_ERR_FORMAT);
+    CHECK(f == NULL);
+    check_msg("in-memory", "gap in the data section");
+    CHECK_EQ_INT(st_open_mem("in-memory", bytes, 7, &f), FSDP_ERR_FORMAT);
+    check_msg("in-memory", "truncated");
     unlink(path);
 }
 
@@ -340,6 +511,8 @@ int main(void) {
     test_round_trip();
     test_out_of_range_i64();
     test_malformed();
+    test_hf_layout();
+    test_format_rules();
     test_failed_commit();
     if (rmdir(dir) != 0) perror("rmdir");
     CHECK(!file_exists(dir));  // every test cleaned up, including temporary files

@@ -1,0 +1,17 @@
+// link_stubs.c: definitions for what fsdp_flags.c's cli_fsdp_build calls (the model, wrapping, loading),
+// so that the flag harness links without the whole library. The harness never calls cli_fsdp_build;
+// reaching any of these stops the run. fsdp_config_default returns zeros: cli_fsdp_config sets every
+// field the flags control.
+#include <stdlib.h>
+
+#include "fsdp/fsdp.h"
+
+fsdp_config fsdp_config_default(void) { return (fsdp_config){0}; }
+void nn_sequential_set_checkpointing(nn_sequential *s, int on) { abort(); }
+fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc desc, fsdp_config cfg, fsdp_comm *world) { abort(); }
+fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed) { abort(); }
+fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
+                             size_t report_cap) {
+    abort();
+}
+int fsdp_comm_rank(const fsdp_comm *c) { abort(); }
