@@ -140,6 +140,9 @@ int fsdp_unit_count(const fsdp_state *s);
 int64_t fsdp_local_numel(const fsdp_state *s);  // sum of this rank's shard sizes
 void fsdp_print_summary(const fsdp_state *s, FILE *f);  // like fsdp.summarize().print_summary()
 fsdp_comm *fsdp_shard_comm(const fsdp_state *s);
+// Bytes of state (master shards, gradient shards, AdamW moments) this process now keeps in
+// --offload-dir file mappings rather than anonymous memory; 0 without --offload-dir.
+size_t fsdp_offload_bytes(void);
 // Seconds this rank has spent blocked in collectives (all of the engine's groups) since wrap: the
 // communication that compute did not hide.
 double fsdp_exposed_comm_seconds(const fsdp_state *s);
