@@ -165,14 +165,15 @@ static int run(minimal_options *o, fsdp_comm *world) {
             if (nn_sequential_backward(&ctx, &model.seq, dy, xin, NULL) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
                 return fail(fsdp_last_error());
         }
-        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
-            return fail(fsdp_last_error());
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
         double norm = 0.0;
         if (o->clip > 0.0f) {  // clip_grad_norm_ over the true global norm of the sharded gradients
             if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
+        // the gradients the optimizer sees (after clipping), for the parity tests
+        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
+            return fail(fsdp_last_error());
         fsdp_optimizer_step(fs, o->lr);
         if (step > start_step) {
             total_time += fsdp_now_sec() - t0;
@@ -231,7 +232,7 @@ int main(int argc, char **argv) {
         {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
         {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},
         {"--causal", ARG_BOOL, &o.causal, "causal attention mask", 1, 0, NULL},
-        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's full parameter gradients here", 1, 0, NULL},
+        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's full parameter gradients (after clipping) here", 1, 0, NULL},
         {"--dump-output", ARG_STRING, &o.dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };

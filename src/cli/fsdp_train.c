@@ -16,6 +16,7 @@
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
 #include "cli/output_paths.h"
+#include "cli/test_hooks.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
 #include "comm/comm.h"
@@ -261,41 +262,50 @@ static int run(train_options *o, fsdp_comm *world) {
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
     if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) return 1;
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
-    const char *nan_env = getenv("FSDP_TEST_NAN_STEP");
-    int nan_step = nan_env ? atoi(nan_env) : -1;
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
         fsdp_zero_grad(fs);
+        float grad_scale = test_hook_at("FSDP_TEST_NAN_GRAD", step, R) ? NAN : 1.0f / (float)M;
         for (int m = 0; m < M; m++) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
             nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed, .step = (uint64_t)step * M + m};
             if (fsdp_begin_forward(fs, 1) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
-                nn_gpt2_backward(&ctx, &model, 1.0f / (float)M) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
+                nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
                 return fail(fsdp_last_error());
             loss += model.loss / M;
         }
-        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
-            return fail(fsdp_last_error());
+        if (test_hook_at("FSDP_TEST_NAN_SHARD", step, R)) test_hook_poison_grad_shard(fs);
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
         loss /= N;
-        if (nan_step >= 0 && step == nan_step) loss = NAN;  // FSDP_TEST_NAN_STEP test hook
+        if (test_hook_at("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;
+        // A non-finite loss or gradient (the global norm, which any NaN or Inf element makes non-finite)
+        // stops the run, or with --skip-nonfinite skips the update. The decision is collective: the loss
+        // is all-reduced, and so is a rank's verdict on its norm (replicated strategies compute it
+        // locally). A skipped step changes neither the parameters nor the AdamW state (its step count
+        // and moments), as PyTorch's GradScaler skips optimizer.step(); the schedule still advances.
+        double norm = 0.0;
+        if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
+        double bad_norm = isfinite(norm) ? 0.0 : 1.0;
+        if (fsdp_all_reduce_double(world, &bad_norm) != FSDP_OK) return fail(fsdp_last_error());
         int skip = 0;
-        if (!isfinite(loss)) {
+        if (!isfinite(loss) || bad_norm > 0.0) {
+            const char *what = !isfinite(loss) ? "loss" : "gradient norm";
+            double value = !isfinite(loss) ? loss : isfinite(norm) ? NAN : norm;  // rank 0's norm may be finite
             if (!o->skip_nonfinite) {
                 if (R == 0)
-                    fprintf(stderr, "fsdp-train: step %d: loss is %g; stopping before the update (lower --lr, add "
-                            "--clip-grad, or pass --skip-nonfinite)\n", step, loss);
+                    fprintf(stderr, "fsdp-train: step %d: %s is %g; stopping before the update (lower --lr, add "
+                            "--clip-grad, or pass --skip-nonfinite)\n", step, what, value);
                 return 1;
             }
-            if (R == 0) fprintf(stderr, "fsdp-train: step %d: loss is %g; skipping this update\n", step, loss);
+            if (R == 0)
+                fprintf(stderr, "fsdp-train: step %d: %s is %g; skipping this update (parameters and AdamW state "
+                        "unchanged)\n", step, what, value);
             skip = 1;
-            fsdp_zero_grad(fs);
         }
-        if (o->clip > 0.0f && !skip) {
-            double norm = 0.0;
-            if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
-            fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
-        }
+        if (o->clip > 0.0f && !skip) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
+        // the gradients the optimizer sees (after clipping), for the parity tests
+        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
+            return fail(fsdp_last_error());
         // cosine: from --lr after the warmup down to --min-lr at the last step (steps - 1)
         float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps - 1, o->min_lr)
                                     : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
@@ -396,7 +406,7 @@ int main(int argc, char **argv) {
         {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the weights here after the last step (rank 0)", 1, 0, NULL},
-        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients here", 1, 0, NULL},
+        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients (after clipping) here", 1, 0, NULL},
         {"--log-jsonl", ARG_STRING, &o.jsonl_path, "write one JSON object per step here", 1, 0, NULL},
         {"--plot", ARG_STRING, &o.plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
         {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
