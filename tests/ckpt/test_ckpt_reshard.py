@@ -90,11 +90,6 @@ def main():
         chk.true(f"{tag} on {m} rank(s): resumed at step 3 (2 steps run)", len(losses) == 2, r.stdout[-1500:])
         return losses, st_load(save)
 
-    def same_params(label, a, b):
-        chk.true(label, len(a) > 0 and sorted(a) == sorted(b) and all(np.array_equal(a[k], b[k]) for k in a) and
-                 all(np.all(np.isfinite(v)) for v in a.values()),
-                 "differs at " + ", ".join(k for k in a if k not in b or not np.array_equal(a[k], b[k]))[:300])
-
     # convert --dtype bf16: BF16 in every header, bits = round-to-nearest-even of the fp32 values
     proc([tool, "convert", ck, f"{tmp}/bf", "--dtype", "bf16"])
     bf, _, bmeta = read_ckpt(f"{tmp}/bf")
@@ -116,7 +111,7 @@ def main():
     la, pa = resume(f"{tmp}/bf", 2, "bf")
     lb, pb = resume(f"{tmp}/bf32", 2, "bf32")
     chk.close("resume from bf16 == resume from its f32 widening: losses", la, lb, 0, 0)
-    same_params("resume from bf16 == resume from its f32 widening: final parameters", pa, pb)
+    chk.identical("resume from bf16 == resume from its f32 widening: final parameters", pa, pb)
 
     # reshard to 1..4 ranks: the files hold numpy's even re-split; resuming equals resuming from the original
     for m in (1, 2, 3, 4):
@@ -144,7 +139,7 @@ def main():
         la, pa = resume(ck, m, "orig")
         lb, pb = resume(out, m, "rs")
         chk.close(f"reshard {m}: resume on {m} ranks == resume from the original: losses", lb, la, 0, 0)
-        same_params(f"reshard {m}: resume on {m} ranks == resume from the original: final parameters", pb, pa)
+        chk.identical(f"reshard {m}: resume on {m} ranks == resume from the original: final parameters", pb, pa)
     chk.report()
 
 

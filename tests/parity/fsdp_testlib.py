@@ -154,6 +154,14 @@ class Checker:
         else:
             self.fail(label, detail or "condition is false")
 
+    def identical(self, label, ours, ref):
+        """Two {name: array} dicts (e.g. st_load of two --save files) hold the same names and bitwise equal,
+        finite values; an empty dict fails."""
+        bad = [k for k in ours if k not in ref or not np.array_equal(ours[k], ref[k])]
+        finite = all(np.all(np.isfinite(v)) for v in ours.values())
+        self.true(label, len(ours) > 0 and sorted(ours) == sorted(ref) and not bad and finite,
+                  f"{len(ours)} vs {len(ref)} tensors, finite {finite}, differ: {', '.join(bad)[:300]}")
+
     def selftest(self):
         """The comparison itself must reject NaN, Inf, empty and mismatched inputs (checked on every run)."""
         probe = Checker("probe")
