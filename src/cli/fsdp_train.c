@@ -411,7 +411,7 @@ int main(int argc, char **argv) {
         {"--plot", ARG_STRING, &o.plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
         {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
         {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
-        {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss is NaN or Inf (default: stop)", 1, 0, NULL},
+        {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
     };
     int nargs = 0;
