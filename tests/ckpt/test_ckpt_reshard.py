@@ -7,16 +7,14 @@ resumed from the bf16 checkpoint equals one resumed from its f32 widening, bitwi
 3 and 4 ranks: each shard file holds exactly numpy's even re-split of the whole tensors (rank q keeps
 [q*n/M, (q+1)*n/M) of each), the index's pieces say so, and resuming from it on M ranks equals resuming
 from the original on M ranks: the same losses and final parameters, bitwise."""
-import json
 import os
-import struct
 import sys
 
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
-from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, st_load, tmpdir  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, st_load, st_read, tmpdir  # noqa: E402
 
 MODEL = ["--layers", "2", "--d-model", "48", "--heads", "4", "--seq", "16", "--threads", "1"]
 GLOBAL_BATCH = 12  # sequences per step; the saved data position carries over at any world size dividing it
@@ -26,10 +24,7 @@ RAW = {"F32": np.uint32, "BF16": np.uint16, "I64": np.int64, "I32": np.int32}
 
 def st_raw(path):
     """{name: (dtype string, raw array of the stored bits)} of a safetensors file, and its metadata."""
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
+    header, data = st_read(path)
     out = {}
     for name, e in header.items():
         if name != "__metadata__":

@@ -39,12 +39,17 @@ def st_save(path, tensors, metadata=None):
             f.write(b)
 
 
-def st_load(path):
-    """Reads a safetensors file into {name: float32/int numpy array}; BF16 is widened to float32."""
+def st_read(path):
+    """A safetensors file's header (a dict, "__metadata__" included when present) and data bytes."""
     with open(path, "rb") as f:
         n = struct.unpack("<Q", f.read(8))[0]
         header = json.loads(f.read(n))
-        data = f.read()
+        return header, f.read()
+
+
+def st_load(path):
+    """Reads a safetensors file into {name: float32/int numpy array}; BF16 is widened to float32."""
+    header, data = st_read(path)
     out = {}
     for name, e in header.items():
         if name == "__metadata__":
