@@ -71,6 +71,13 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
 int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc desc, fsdp_config cfg,
                    fsdp_comm *world, uint64_t seed, const char *init_path, const char *alt_prefix,
                    fsdp_state **out) {
+    int N = fsdp_comm_size(world);
+    if (cfg.strategy == FSDP_HYBRID_SHARD && o->shard_group_size > 0 && N % o->shard_group_size) {
+        if (fsdp_comm_rank(world) == 0)
+            fprintf(stderr, "%s: --shard-group-size %d does not divide the world size %d (hybrid_shard needs equal "
+                    "shard groups)\n", prog, o->shard_group_size, N);
+        return 1;
+    }
     nn_sequential_set_checkpointing(desc.blocks, o->activation_checkpointing);
     char report[1200] = "";
     fsdp_status st = fsdp_wrap(out, desc, cfg, world);

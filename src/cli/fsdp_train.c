@@ -6,7 +6,6 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,9 +37,6 @@ typedef struct {
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
     const char *jsonl_path, *plot_path, *trace_path;
 } train_options;
-
-static volatile sig_atomic_t stop_signal;  // SIGINT/SIGTERM received: finish the step, save, exit
-static void on_signal(int sig) { stop_signal = sig; }
 
 // The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
 // different collective sequences) aborts this rank with a message naming it; the launcher then ends
@@ -222,8 +218,7 @@ static int run(train_options *o, fsdp_comm *world) {
         watchdog_rank = R;
         if (pthread_create(&tid, NULL, watchdog, NULL) == 0) pthread_detach(tid);
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    cli_ckpt_catch_signals();
     if (R == 0) {
         int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs);
         printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
@@ -311,8 +306,8 @@ static int run(train_options *o, fsdp_comm *world) {
             evaluate(fs, &model, val, o, world, &rec.val_loss) != FSDP_OK)
             return fail(fsdp_last_error());
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
-        double stop = stop_signal;  // every rank stops after the same step
-        if (fsdp_all_reduce_double(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
+        int stop = 0;  // every rank stops after the same step
+        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
         int64_t global_batch = (int64_t)N * M * B;
         if (o->fsdp.ckpt.dir && ((o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0) || stop > 0) &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
