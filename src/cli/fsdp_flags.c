@@ -15,7 +15,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
     cli_arg shared[CLI_FSDP_NFLAGS] = {
         {"--strategy", ARG_CHOICE, &o->strategy, "FSDP sharding strategy", 1, 0,
          "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
-        {"--wrap", ARG_STRING, &o->wrap, "auto-wrap policy: transformer (each block a unit), size:N (blocks with >= N params), none (one root unit)", 1, 0, NULL},
+        {"--wrap", ARG_STRING, &o->wrap, "auto-wrap policy: transformer (each block a unit), size:N (each block with >= N parameters), none (one root unit)", 1, 0, NULL},
         {"--shard-group-size", ARG_INT, &o->shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
         {"--backward-prefetch", ARG_CHOICE, &o->backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
         {"--forward-prefetch", ARG_BOOL, &o->forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
