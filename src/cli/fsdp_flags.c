@@ -15,7 +15,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
     cli_arg shared[CLI_FSDP_NFLAGS] = {
         {"--strategy", ARG_CHOICE, &o->strategy, "FSDP sharding strategy", 1, 0,
          "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
-        {"--wrap", ARG_STRING, &o->wrap, "auto-wrap policy: transformer (each block a unit), size:N (blocks with >= N params), none (one root unit)", 1, 0, NULL},
+        {"--wrap", ARG_STRING, &o->wrap, "auto-wrap policy: transformer (each block a unit), size:N (each block with >= N parameters), none (one root unit)", 1, 0, NULL},
         {"--shard-group-size", ARG_INT, &o->shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
         {"--backward-prefetch", ARG_CHOICE, &o->backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
         {"--forward-prefetch", ARG_BOOL, &o->forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
@@ -71,6 +71,13 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
 int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc desc, fsdp_config cfg,
                    fsdp_comm *world, uint64_t seed, const char *init_path, const char *alt_prefix,
                    fsdp_state **out) {
+    int N = fsdp_comm_size(world);
+    if (cfg.strategy == FSDP_HYBRID_SHARD && o->shard_group_size > 0 && N % o->shard_group_size) {
+        if (fsdp_comm_rank(world) == 0)
+            fprintf(stderr, "%s: --shard-group-size %d does not divide the world size %d (hybrid_shard needs equal "
+                    "shard groups)\n", prog, o->shard_group_size, N);
+        return 1;
+    }
     nn_sequential_set_checkpointing(desc.blocks, o->activation_checkpointing);
     char report[1200] = "";
     fsdp_status st = fsdp_wrap(out, desc, cfg, world);

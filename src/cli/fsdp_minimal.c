@@ -143,6 +143,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
     ac.weight_decay = o->weight_decay;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
 
+    cli_ckpt_catch_signals();
     int start_step = 0;
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->batch, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
     double total_time = 0.0, total_comm = 0.0;
@@ -187,6 +188,16 @@ static int run(minimal_options *o, fsdp_comm *world) {
         if (o->fsdp.ckpt.dir && o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0 &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
             return fail(fsdp_last_error());
+        int stop = 0;  // SIGINT/SIGTERM: every rank stops after this step, saves, exits 130
+        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
+        if (stop) {
+            int saved = o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0;
+            if (o->fsdp.ckpt.dir && !saved && cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
+                return fail(fsdp_last_error());
+            if (R == 0) fprintf(stderr, "fsdp-minimal: interrupted after step %d%s\n", step,
+                                o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)" : "");
+            return 130;
+        }
     }
     if (o->steps - start_step > 1 && R == 0)
         printf("mean (steps %d..%d): %.2f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB\n",

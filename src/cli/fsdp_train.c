@@ -6,7 +6,6 @@
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,11 +15,11 @@
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
 #include "cli/output_paths.h"
-#include "cli/test_hooks.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
+#include "core/fault_inject.h"
 #include "core/timer.h"
 #include "data/data.h"
 #include "fsdp/fsdp.h"
@@ -39,9 +38,6 @@ typedef struct {
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
     const char *jsonl_path, *plot_path, *trace_path;
 } train_options;
-
-static volatile sig_atomic_t stop_signal;  // SIGINT/SIGTERM received: finish the step, save, exit
-static void on_signal(int sig) { stop_signal = sig; }
 
 // The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
 // different collective sequences) aborts this rank with a message naming it; the launcher then ends
@@ -62,6 +58,17 @@ static void *watchdog(void *arg) {
         }
     }
     return NULL;
+}
+
+// FSDP_TEST_NAN_SHARD's fault: the first element of this rank's gradient shard becomes NaN.
+static void poison_grad_shard(fsdp_state *fs) {
+    for (int i = 0; i < fsdp_named_param_count(fs); i++) {
+        fsdp_named_param p = fsdp_named_param_at(fs, i);
+        if (p.shard_numel > 0) {
+            p.shard_grad[0] = NAN;
+            return;
+        }
+    }
 }
 
 static int fail(const char *msg) {
@@ -223,8 +230,7 @@ static int run(train_options *o, fsdp_comm *world) {
         watchdog_rank = R;
         if (pthread_create(&tid, NULL, watchdog, NULL) == 0) pthread_detach(tid);
     }
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    cli_ckpt_catch_signals();
     if (R == 0) {
         int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs);
         printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
@@ -265,7 +271,7 @@ static int run(train_options *o, fsdp_comm *world) {
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
         fsdp_zero_grad(fs);
-        float grad_scale = test_hook_at("FSDP_TEST_NAN_GRAD", step, R) ? NAN : 1.0f / (float)M;
+        float grad_scale = fsdp_fault_at_step("FSDP_TEST_NAN_GRAD", step, R) ? NAN : 1.0f / (float)M;
         for (int m = 0; m < M; m++) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
             nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed, .step = (uint64_t)step * M + m};
@@ -274,10 +280,10 @@ static int run(train_options *o, fsdp_comm *world) {
                 return fail(fsdp_last_error());
             loss += model.loss / M;
         }
-        if (test_hook_at("FSDP_TEST_NAN_SHARD", step, R)) test_hook_poison_grad_shard(fs);
+        if (fsdp_fault_at_step("FSDP_TEST_NAN_SHARD", step, R)) poison_grad_shard(fs);
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
         loss /= N;
-        if (test_hook_at("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;
+        if (fsdp_fault_at_step("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;
         // A non-finite loss or gradient (the global norm, which any NaN or Inf element makes non-finite)
         // stops the run, or with --skip-nonfinite skips the update. The decision is collective: the loss
         // is all-reduced, and so is a rank's verdict on its norm (replicated strategies compute it
@@ -321,8 +327,8 @@ static int run(train_options *o, fsdp_comm *world) {
             evaluate(fs, &model, val, o, world, &rec.val_loss) != FSDP_OK)
             return fail(fsdp_last_error());
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
-        double stop = stop_signal;  // every rank stops after the same step
-        if (fsdp_all_reduce_double(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
+        int stop = 0;  // every rank stops after the same step
+        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
         int64_t global_batch = (int64_t)N * M * B;
         if (o->fsdp.ckpt.dir && ((o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0) || stop > 0) &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)

@@ -2,6 +2,7 @@
 #include "cli/train_ckpt.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -60,5 +61,20 @@ fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t g
                    "the new batch\n", (long long)ts.global_batch, (long long)global_batch);
         fflush(stdout);
     }
+    return FSDP_OK;
+}
+
+static volatile sig_atomic_t stop_signal;  // the SIGINT/SIGTERM received, 0 until then
+static void on_signal(int sig) { stop_signal = sig; }
+
+void cli_ckpt_catch_signals(void) {
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+}
+
+fsdp_status cli_ckpt_stop_requested(fsdp_comm *world, int *stop) {
+    double any = stop_signal;
+    FSDP_CHECK(fsdp_all_reduce_double(world, &any));
+    *stop = any > 0;
     return FSDP_OK;
 }

@@ -3,6 +3,7 @@
 #pragma once
 #include <stdint.h>
 
+#include "comm/comm.h"
 #include "fsdp/fsdp.h"
 
 typedef struct {
@@ -20,3 +21,9 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
 // *start_step = steps already done (0 for a fresh start). Collective.
 fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t global_batch, int rank,
                             int *start_step);
+
+// SIGINT and SIGTERM (to any one rank, or to mpirun, which forwards them) ask the tools to stop after
+// the current step, save a checkpoint when --ckpt-dir is set, and exit with 130.
+void cli_ckpt_catch_signals(void);
+// Collective, once per step: *stop = whether any rank has been signalled, so all stop after the same step.
+fsdp_status cli_ckpt_stop_requested(fsdp_comm *world, int *stop);

@@ -1,6 +1,6 @@
 // checkpoint.c: sharded checkpoints that load on any world size and strategy (format in fsdp.h).
+#include <dirent.h>
 #include <errno.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +11,7 @@
 #include "ckpt/crc32.h"
 #include "ckpt/safetensors.h"
 #include "core/alloc.h"
+#include "core/fault_inject.h"
 #include "fsdp/fsdp_internal.h"
 
 #define CKPT_FORMAT "fsdp.c sharded checkpoint v1"
@@ -146,23 +147,53 @@ static fsdp_status write_marker(const char *dir, const char *const *files, int n
     return FSDP_OK;
 }
 
+// Whether a directory entry is a writer's temporary file ("<name>.tmp.<pid>", ckpt/safetensors.c):
+// one left behind means that write was interrupted.
+static int is_temporary(const char *name) { return strstr(name, ".tmp.") != NULL; }
+
+// rank 0, before any rank writes into dir: creates it, or, when it exists (an earlier save of the same
+// step), removes its DONE marker first, so that it reads as incomplete until this save has finished
+// (a save killed half-way must never leave an old DONE over a mix of old and new files), and the
+// temporary files of interrupted writes.
+static fsdp_status prepare_dir(const char *dir) {
+    if (mkdir(dir, 0755) == 0) return FSDP_OK;
+    if (errno != EEXIST)
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    char path[4200];
+    snprintf(path, sizeof path, "%s/DONE", dir);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot remove the old completion marker: %s", path, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return fsdp_error(FSDP_ERR_IO, "%s: cannot list: %s", dir, strerror(errno));
+    for (struct dirent *e; (e = readdir(d));)
+        if (is_temporary(e->d_name)) {
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            unlink(path);
+        }
+    closedir(d);
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts) {
     int R = fsdp_comm_rank(s->world), N = fsdp_comm_size(s->world);
     fsdp_status st = FSDP_OK;
-    if (R == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
-        st = fsdp_error(FSDP_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    if (R == 0) st = prepare_dir(dir);
     FSDP_CHECK(agree(s, st, "creating the checkpoint directory"));
     char path[4096];
     shard_file(path, sizeof path, dir, R);
     int mine_writes = writes_pieces(s);
     uint32_t crc = 0;
     if (mine_writes) {
+        if (fsdp_fault_torn_shard(ts->step, R)) {  // test hook: killed half-way through writing the shard
+            char tmp[4200];                        // (the writer's temporary name, as st_writer_commit's)
+            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+            if (write_shard(s, tmp) == FSDP_OK) fsdp_fault_tear_and_die(tmp);
+        }
         st = write_shard(s, path);
         if (st == FSDP_OK) st = fsdp_crc32_file(path, &crc);
     }
     FSDP_CHECK(agree(s, st, "writing shards"));
-    const char *crash = getenv("FSDP_TEST_CRASH_IN_SAVE");  // test hook: die like kill -9 mid-save
-    if (crash && atoll(crash) == ts->step) raise(SIGKILL);
+    if (fsdp_fault_crash_in_save(ts->step)) fsdp_fault_die();  // test hook: kill -9 after the shards
     uint32_t *crcs = calloc((size_t)N, sizeof(uint32_t));
     float *flags = calloc((size_t)N, sizeof(float));
     int *writers = calloc((size_t)N, sizeof(int));
@@ -226,8 +257,7 @@ fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp
     int R = fsdp_comm_rank(s->world);
     if (!s->have_opt) return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: a full checkpoint needs the optimizer", dir);
     fsdp_status st = FSDP_OK;
-    if (R == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST)
-        st = fsdp_error(FSDP_ERR_IO, "%s: cannot create the checkpoint directory: %s", dir, strerror(errno));
+    if (R == 0) st = prepare_dir(dir);
     FSDP_CHECK(agree(s, st, "creating the checkpoint directory"));
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -393,10 +423,26 @@ static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model
     return st;
 }
 
+// The error for a checkpoint without DONE, naming the files whose writing was interrupted, if any.
+static fsdp_status incomplete(const char *dir) {
+    char torn[1024] = "";
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t len = strlen(torn);
+        if (is_temporary(e->d_name) && len + strlen(e->d_name) + 3 < sizeof torn)
+            snprintf(torn + len, sizeof torn - len, "%s%s", len ? ", " : "", e->d_name);
+    }
+    if (d) closedir(d);
+    return fsdp_error(FSDP_ERR_MISSING, "%s: no completion marker DONE: the checkpoint is incomplete%s%s%s", dir,
+                      torn[0] ? " (interrupted, half-written: " : "", torn, torn[0] ? ")" : "");
+}
+
 fsdp_status fsdp_verify_marker(const char *dir) {
     fsdp_marker_file files[8];
     int n = 0;
-    FSDP_CHECK(fsdp_ckpt_read_marker(dir, files, 8, &n));
+    fsdp_status st = fsdp_ckpt_read_marker(dir, files, 8, &n);
+    if (st == FSDP_ERR_MISSING) return incomplete(dir);
+    FSDP_CHECK(st);
     for (int i = 0; i < n; i++) {
         char file[4200];
         uint32_t crc = 0;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/fault_inject.h"
 #include "core/timer.h"
 #include "fsdp/fsdp_internal.h"
 #include "kernels/kernels.h"
@@ -107,9 +108,10 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
         return FSDP_OK;
     u->full = take_buffer(s, u);
     if (!u->full) return FSDP_ERR_NOMEM;
-    if (u->index == s->desync_unit && fsdp_comm_rank(s->world) == s->desync_rank) {  // test hook
+    if (fsdp_fault_desync(fsdp_comm_rank(s->world), u->index, s->step)) {  // test hook: a stray collective
         double stray = 0.0;
-        FSDP_CHECK(with_context(s, u, "all_gather", fsdp_all_reduce(s->shard_comm, &stray, 1, FSDP_F32, FSDP_SUM)));
+        FSDP_CHECK(with_context(s, u, "stray all_reduce before its all_gather (FSDP_TEST_DESYNC)",
+                                fsdp_all_reduce(s->shard_comm, &stray, 1, FSDP_F32, FSDP_SUM)));
     }
     size_t bytes = (lp ? sizeof(uint16_t) : sizeof(float)) * (size_t)u->padded;
     fsdp_trace_begin(respect_limit ? "all_gather (prefetch)" : "all_gather", FSDP_SPAN_COMM, u->name);
@@ -320,9 +322,6 @@ fsdp_status engine_install_hooks(fsdp_state *s) {
         fsdp_comm_set_sequence_check(s->shard_comm, 1);
         if (s->replica_comm) fsdp_comm_set_sequence_check(s->replica_comm, 1);
     }
-    const char *desync = getenv("FSDP_TEST_DESYNC");
-    s->desync_rank = s->desync_unit = -1;
-    if (desync && sscanf(desync, "%d:%d", &s->desync_rank, &s->desync_unit) != 2) s->desync_rank = s->desync_unit = -1;
     if (s->debug >= 1 && fsdp_comm_rank(s->world) == 0) fsdp_print_summary(s, stderr);
     s->order = calloc((size_t)(s->n_units ? s->n_units : 1), sizeof(int));
     if (!s->order) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");

@@ -62,7 +62,6 @@ struct fsdp_state {
     int64_t pool_floats;
     float *root_pool;         // (root padded,) of param_dtype, or NULL
     int debug;                // FSDP_DEBUG: 0 off, 1 INFO, 2 DETAIL
-    int desync_rank, desync_unit;  // FSDP_TEST_DESYNC=R:U test hook: rank R issues a stray collective at unit U
     long step;                // optimizer steps taken (for messages)
     float *staging[2];        // (max padded,) shared gradient buffers for zero-copy reduce-scatter, or NULL
     int64_t staging_numel;

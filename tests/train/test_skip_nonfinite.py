@@ -1,4 +1,4 @@
-"""fsdp-train with non-finite values, injected for real (src/cli/test_hooks.h): a NaN loss scale in one
+"""fsdp-train with non-finite values, injected for real (src/core/fault_inject.h): a NaN loss scale in one
 rank's backward (every gradient of that rank NaN, spread by the reduce-scatter), a NaN in one element of
 one rank's reduced gradient shard (only that rank sees it, under FULL_SHARD and under DDP, where the
 norm is computed locally), and a NaN loss.

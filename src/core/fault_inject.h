@@ -1,0 +1,31 @@
+// fault_inject.h: test-only fault injection. The FSDP_TEST_* environment variables are read here and
+// nowhere else; docs/decisions.md lists them. Unset, every query answers "no fault". Each query
+// only answers; the fault itself is made where it acts (a checkpoint write, a collective, a step).
+//   FSDP_TEST_CRASH_IN_SAVE=K   every rank SIGKILLs itself once its shard of the step-K checkpoint is
+//                               complete (before the index and the DONE marker)
+//   FSDP_TEST_TORN_SHARD=K:R    rank R dies while writing its shard of the step-K checkpoint: half the
+//                               file is left under the writer's temporary name, then SIGKILL
+//   FSDP_TEST_DESYNC=R:U[:K]    rank R issues a stray all_reduce before the all-gathers of unit U (in
+//                               step K only, when K is given; steps count completed optimizer steps)
+//   FSDP_TEST_NAN_LOSS=K[:R]    fsdp-train: step K's (all-reduced) loss reads as NaN
+//   FSDP_TEST_NAN_GRAD=K[:R]    fsdp-train: rank R runs step K's backward with a NaN loss scale, so
+//                               every gradient it computes is NaN and the reductions spread it
+//   FSDP_TEST_NAN_SHARD=K[:R]   fsdp-train: after step K's reduction one element of rank R's gradient
+//                               shard becomes NaN (only that rank sees it: the skip must be collective)
+// (Without ":R", every rank.)
+#pragma once
+#include <stdint.h>
+
+// Whether FSDP_TEST_CRASH_IN_SAVE names this checkpoint step.
+int fsdp_fault_crash_in_save(int64_t step);
+// Whether FSDP_TEST_TORN_SHARD names this checkpoint step and rank.
+int fsdp_fault_torn_shard(int64_t step, int rank);
+// Whether FSDP_TEST_DESYNC names this rank, unit and step.
+int fsdp_fault_desync(int rank, int unit, int64_t step);
+// Whether the hook `var` (one of the FSDP_TEST_NAN_* above) is set to "K" or "K:R" naming this step
+// and rank.
+int fsdp_fault_at_step(const char *var, int64_t step, int rank);
+// Dies like kill -9.
+void fsdp_fault_die(void);
+// Cuts the file at path to half its length (a write interrupted half-way), then dies like kill -9.
+void fsdp_fault_tear_and_die(const char *path);
