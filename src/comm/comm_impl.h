@@ -17,6 +17,8 @@ struct fsdp_comm {
     unsigned char **seg; // (size,) base of each rank's segment in the window
     size_t seg_bytes;    // capacity of one segment; each holds two halves for double buffering
     int parity;          // which half the next collective uses
+    MPI_Win ctl_win;     // the barrier's shared words (rank 0 holds them)
+    struct shm_barrier *ctl;
     struct shm_region *regions;  // (n_regions,) buffers from fsdp_comm_alloc_shared
     int n_regions;
     int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count) across ranks first
