@@ -9,7 +9,16 @@
 
 #include "comm/comm_node.h"
 
+static int wait_is_passive(void) {
+    const char *p = getenv("OMP_WAIT_POLICY");
+    return p && strcasecmp(p, "passive") == 0;
+}
+
+// OMP_WAIT_POLICY as this process started (the OpenMP runtime read it then); -1: not looked yet
+static int passive_at_start = -1;
+
 void cli_threads_before_mpi(char **argv, int requested) {
+    passive_at_start = wait_is_passive();
     int bound = 0, ranks = fsdp_launcher_local_ranks(&bound);
     if (ranks <= 1) return;  // one process: the OpenMP runtime throttles its own spinning
     // Before MPI the masks of the other ranks are unknown: assume they share this one's unless the
@@ -23,11 +32,6 @@ void cli_threads_before_mpi(char **argv, int requested) {
     }
 }
 
-static int wait_is_passive(void) {
-    const char *p = getenv("OMP_WAIT_POLICY");
-    return p && strcasecmp(p, "passive") == 0;
-}
-
 fsdp_status cli_threads_setup(const char *prog, fsdp_comm *world, int requested, fsdp_threads_choice *out) {
     int ranks = 1, sharing = 1;
     FSDP_CHECK(fsdp_comm_node_cpus(world, &ranks, &sharing));
@@ -36,13 +40,14 @@ fsdp_status cli_threads_setup(const char *prog, fsdp_comm *world, int requested,
     double over = out->oversubscribed;  // any rank oversubscribed: rank 0 says so once
     FSDP_CHECK(fsdp_all_reduce_double(world, &over));
     if (fsdp_comm_rank(world) != 0) return FSDP_OK;
+    if (passive_at_start < 0) passive_at_start = wait_is_passive();
     char line[160];
     fsdp_threads_describe(out, line, sizeof line);
     if (over > 0)
         fprintf(stderr, "%s: note: oversubscribed: ranks x threads exceed the cores they share (rank 0: %d rank(s) x %d "
                         "thread(s) on %d cores); waits yield the CPU%s\n",
                 prog, out->sharing_ranks, out->threads, out->affinity_cores,
-                out->threads > 1 && !wait_is_passive() ? "; set OMP_WAIT_POLICY=passive for OpenMP's" : "");
+                out->threads > 1 && !passive_at_start ? "; set OMP_WAIT_POLICY=passive for OpenMP's" : "");
     const char *dbg = getenv("FSDP_DEBUG");
     if (dbg && (strcmp(dbg, "INFO") == 0 || strcmp(dbg, "DETAIL") == 0)) fprintf(stderr, "%s: %s\n", prog, line);
     return FSDP_OK;
