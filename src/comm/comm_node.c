@@ -21,27 +21,17 @@ int fsdp_launcher_local_ranks(int *bound) {
     return 0;
 }
 
-fsdp_status fsdp_comm_node_cpus(fsdp_comm *world, int *ranks_on_node, int *sharing_ranks) {
-    *ranks_on_node = *sharing_ranks = 1;
-    if (world->backend != COMM_MPI) return FSDP_OK;
+int comm_sharing_ranks(MPI_Comm m) {
     cpu_set_t mine;
     CPU_ZERO(&mine);
-    if (sched_getaffinity(0, sizeof mine, &mine) != 0) CPU_ZERO(&mine);
-    MPI_Comm node;
-    if (MPI_Comm_split_type(world->mpi, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
-        return fsdp_error(FSDP_ERR_COMM, "MPI_Comm_split_type (ranks on this node) failed");
     int n = 0;
-    MPI_Comm_size(node, &n);
-    cpu_set_t *all = malloc(sizeof(cpu_set_t) * (size_t)n);  // (n,) every node rank's mask
-    if (!all) {
-        MPI_Comm_free(&node);
-        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    }
-    int rc = MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, node);
-    MPI_Comm_free(&node);
-    if (rc != MPI_SUCCESS) {
+    MPI_Comm_size(m, &n);
+    cpu_set_t *all = malloc(sizeof(cpu_set_t) * (size_t)n);  // (n,) every rank's mask
+    int ok = all != NULL && sched_getaffinity(0, sizeof mine, &mine) == 0, everyone = 0;
+    MPI_Allreduce(&ok, &everyone, 1, MPI_INT, MPI_MIN, m);  // all ranks gather, or none
+    if (!everyone || MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m) != MPI_SUCCESS) {
         free(all);
-        return fsdp_error(FSDP_ERR_COMM, "MPI_Allgather of the node's affinity masks failed");
+        return -1;
     }
     int sharing = 0;
     for (int r = 0; r < n; r++) {
@@ -50,7 +40,20 @@ fsdp_status fsdp_comm_node_cpus(fsdp_comm *world, int *ranks_on_node, int *shari
         sharing += CPU_COUNT(&common) > 0;
     }
     free(all);
+    return sharing;
+}
+
+fsdp_status fsdp_comm_node_cpus(fsdp_comm *world, int *ranks_on_node, int *sharing_ranks) {
+    *ranks_on_node = *sharing_ranks = 1;
+    if (world->backend != COMM_MPI) return FSDP_OK;
+    MPI_Comm node;
+    if (MPI_Comm_split_type(world->mpi, MPI_COMM_TYPE_SHARED, world->rank, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+        return fsdp_error(FSDP_ERR_COMM, "MPI_Comm_split_type (ranks on this node) failed");
+    int n = 0;
+    MPI_Comm_size(node, &n);
+    int sharing = comm_sharing_ranks(node);
+    MPI_Comm_free(&node);
     *ranks_on_node = n;
-    *sharing_ranks = sharing > 0 ? sharing : n;  // unreadable masks: assume all share
+    *sharing_ranks = sharing > 0 ? sharing : n;  // masks unknown: assume all share
     return FSDP_OK;
 }

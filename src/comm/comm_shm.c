@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/threads.h"
 #include "core/timer.h"
 
 static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
@@ -43,8 +44,9 @@ typedef struct shm_barrier {
     atomic_uint generation;
 } shm_barrier;
 
-// ~50 us of polling before yielding: a round where every rank has its own core ends within it
-enum { BARRIER_SPINS = 4096 };
+// Polls before yielding: tens of microseconds when every rank has CPUs of its own (a round ends within
+// them), a handful when ranks share CPUs (the rank everyone waits for may need this one's CPU).
+enum { BARRIER_SPINS = 4096, BARRIER_SPINS_SHARED = 16 };
 
 static void barrier_wait(fsdp_comm *c) {
     shm_barrier *b = c->ctl;
@@ -55,7 +57,7 @@ static void barrier_wait(fsdp_comm *c) {
         return;
     }
     for (long spin = 0; atomic_load_explicit(&b->generation, memory_order_acquire) == gen; spin++) {
-        if (spin < BARRIER_SPINS) {
+        if (spin < c->barrier_spins) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
@@ -94,7 +96,8 @@ fsdp_status comm_shm_setup(fsdp_comm *c) {
         atomic_init(&c->ctl->generation, 0);
     }
     MPI_Win_lock_all(MPI_MODE_NOCHECK, c->ctl_win);
-    MPI_Barrier(c->mpi);  // the words are initialised before anyone arrives
+    int sharing = comm_sharing_ranks(c->mpi);  // also a barrier: the words are initialised before anyone arrives
+    c->barrier_spins = sharing < 0 || sharing > fsdp_affinity_cores() ? BARRIER_SPINS_SHARED : BARRIER_SPINS;
     c->shm = 1;
     return FSDP_OK;
 }
