@@ -107,11 +107,12 @@ def main():
         expect(chk, label, got[0] == 1 and NOTE in got[5], "one thread each, oversubscription noted")
 
     # overrides
-    label = "--threads 2, -np 2 unbound"
-    got = launch(chk, label, MPI + ["--bind-to", "none", "-np", "2", minimal] + MODEL + ["--threads", "2"],
-                 child_env())
+    label = "--threads 2, -np 2 on one core"  # oversubscribed on any machine: note and passive waits
+    got = launch(chk, label, ["taskset", "-c", one] + MPI + ["--bind-to", "none", "-np", "2", minimal] + MODEL +
+                 ["--threads", "2"], child_env())
     if got:
-        expect(chk, label, got[0] == 2 and got[4] == "--threads", f"threads {got[0]} from '{got[4]}'")
+        expect(chk, label, got[0] == 2 and got[4] == "--threads" and NOTE in got[5], f"threads {got[0]} from "
+               f"'{got[4]}', noted")
         check_note(chk, label, got)
     label = "OMP_NUM_THREADS=3, -np 3"
     got = launch(chk, label, MPI + ["--bind-to", "none", "-np", "3", minimal] + MODEL, child_env(3))
