@@ -16,11 +16,11 @@ deps:
 MPIRUN = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun
 RUN_ARGS ?= --sample 300 --log-jsonl build/train.jsonl --plot build/loss.png
 run: build
-	$(MPIRUN) -np 2 -x OMP_NUM_THREADS=1 build/bin/fsdp-train $(RUN_ARGS)
+	$(MPIRUN) -np 2 build/bin/fsdp-train $(RUN_ARGS)
 
 # The seed's "Minimal FSDP Setup" on 2 ranks.
 run-minimal: build
-	$(MPIRUN) -np 2 -x OMP_NUM_THREADS=1 build/bin/fsdp-minimal --summary
+	$(MPIRUN) -np 2 build/bin/fsdp-minimal --summary
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1

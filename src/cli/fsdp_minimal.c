@@ -4,13 +4,13 @@
 //   for step in range(steps): zero_grad; loss = model(x).abs().mean(); loss.backward(); opt.step()
 // Runs as a plain process or under any MPI launcher; --batch and x are the GLOBAL batch: rank r takes
 // batch columns [r*B/N, (r+1)*B/N). Rank 0 prints "step K loss L" with the global mean loss.
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
+#include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
@@ -245,7 +245,7 @@ int main(int argc, char **argv) {
         {"--causal", ARG_BOOL, &o.causal, "causal attention mask", 1, 0, NULL},
         {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's full parameter gradients (after clipping) here", 1, 0, NULL},
         {"--dump-output", ARG_STRING, &o.dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
-        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
+        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
     };
     int nargs = 0;
     while (args[nargs].name) nargs++;
@@ -258,10 +258,14 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;
     }
-    if (o.threads > 0) omp_set_num_threads(o.threads);
+    cli_threads_before_mpi(argv, o.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
     rank0 = fsdp_comm_rank(world) == 0;
+    fsdp_threads_choice threads;
+    if (cli_threads_setup("fsdp-minimal", world, o.threads, &threads) != FSDP_OK) return fail(fsdp_last_error());
+    char line[160];
+    if (o.fsdp.summary && rank0) printf("%s\n", fsdp_threads_describe(&threads, line, sizeof line));
     int rc = run(&o, world);
     fsdp_comm_free(world);
     return rc;

@@ -13,6 +13,7 @@
 #include "ckpt/ckpt_dir.h"
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
+#include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
@@ -37,6 +38,7 @@ typedef struct {
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
     const char *jsonl_path, *plot_path, *trace_path;
+    fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
 } train_options;
 
 // The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
@@ -239,6 +241,8 @@ static int run(train_options *o, fsdp_comm *world) {
                omp_get_max_threads(), fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->fsdp.wrap,
                fsdp_comm_backend(fsdp_shard_comm(fs)), fsdp_dtype_name(fcfg.param_dtype),
                fsdp_dtype_name(fcfg.reduce_dtype), k->name);
+        char threads_line[160];
+        printf("  %s\n", fsdp_threads_describe(&o->thread_choice, threads_line, sizeof threads_line));
         printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
                (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
@@ -418,7 +422,7 @@ int main(int argc, char **argv) {
         {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
         {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
-        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS or all cores)", 0, 1024, NULL},
+        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
     };
     int nargs = 0;
     while (args[nargs].name) nargs++;
@@ -436,9 +440,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp-train: --max-seq %d is smaller than --seq %d\n", o.max_seq, o.seq);
         return 2;
     }
-    if (o.threads > 0) omp_set_num_threads(o.threads);
+    cli_threads_before_mpi(argv, o.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_threads_setup("fsdp-train", world, o.threads, &o.thread_choice) != FSDP_OK) return fail(fsdp_last_error());
     int rc = run(&o, world);
     fsdp_comm_free(world);
     return rc;

@@ -17,6 +17,9 @@ struct fsdp_comm {
     unsigned char **seg; // (size,) base of each rank's segment in the window
     size_t seg_bytes;    // capacity of one segment; each holds two halves for double buffering
     int parity;          // which half the next collective uses
+    MPI_Win ctl_win;     // the barrier's shared words (rank 0 holds them)
+    struct shm_barrier *ctl;
+    int barrier_spins;   // polls before a waiting rank yields its CPU: few when ranks share CPUs
     struct shm_region *regions;  // (n_regions,) buffers from fsdp_comm_alloc_shared
     int n_regions;
     int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count) across ranks first
@@ -38,6 +41,10 @@ struct fsdp_comm_request {
     double started;
     size_t bytes;
 };
+
+// Collective over m: how many of m's ranks (this one included) may run on one of this process's CPUs;
+// -1 when the affinity masks cannot be read or exchanged (comm_node.c)
+int comm_sharing_ranks(MPI_Comm m);
 
 // shared-memory collectives (comm_shm.c); each returns FSDP_OK or an error with a message
 fsdp_status comm_shm_setup(fsdp_comm *c);

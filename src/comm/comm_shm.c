@@ -3,10 +3,15 @@
 // barrier per call suffices: a rank can only write a half again after every rank has passed the
 // barrier of the following call, i.e. finished reading that half. Sums run in a fixed rank order,
 // so every rank computes bit-identical results.
+// The barrier is a counter in shared memory: a waiting rank spins briefly, then yields its CPU
+// (sched_yield), so ranks that share a core (oversubscribed launches) do not spin against each other.
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/threads.h"
 #include "core/timer.h"
 
 static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
@@ -32,6 +37,38 @@ static void release_window(fsdp_comm *c) {
     }
 }
 
+// The shared words of the barrier: `arrived` counts the ranks in the current round; the last to
+// arrive resets it and bumps `generation`, which releases the others.
+typedef struct shm_barrier {
+    atomic_uint arrived;
+    atomic_uint generation;
+} shm_barrier;
+
+// Polls before yielding: tens of microseconds when every rank has CPUs of its own (a round ends within
+// them), a handful when ranks share CPUs (the rank everyone waits for may need this one's CPU).
+enum { BARRIER_SPINS = 4096, BARRIER_SPINS_SHARED = 16 };
+
+static void barrier_wait(fsdp_comm *c) {
+    shm_barrier *b = c->ctl;
+    unsigned gen = atomic_load_explicit(&b->generation, memory_order_acquire);  // before arriving
+    if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == (unsigned)c->size - 1) {
+        atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
+        atomic_fetch_add_explicit(&b->generation, 1, memory_order_release);
+        return;
+    }
+    for (long spin = 0; atomic_load_explicit(&b->generation, memory_order_acquire) == gen; spin++) {
+        if (spin < c->barrier_spins) {
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#endif
+            continue;
+        }
+        sched_yield();
+        int flag;  // lets MPI progress this rank's nonblocking collectives on other groups meanwhile
+        MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, c->mpi, &flag, MPI_STATUS_IGNORE);
+    }
+}
+
 fsdp_status comm_shm_setup(fsdp_comm *c) {
     c->shm = 0;
     MPI_Comm node;
@@ -44,6 +81,23 @@ fsdp_status comm_shm_setup(fsdp_comm *c) {
     if (!everyone || getenv("FSDP_COMM_NO_SHM")) return FSDP_OK;
     c->seg = calloc((size_t)c->size, sizeof(unsigned char *));
     if (!c->seg) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    void *mine = NULL;
+    if (MPI_Win_allocate_shared(c->rank == 0 ? (MPI_Aint)sizeof(shm_barrier) : 0, 64, MPI_INFO_NULL, c->mpi, &mine,
+                                &c->ctl_win) != MPI_SUCCESS) {
+        free(c->seg);
+        c->seg = NULL;
+        return fsdp_error(FSDP_ERR_COMM, "MPI_Win_allocate_shared of the barrier's %zu bytes failed", sizeof(shm_barrier));
+    }
+    MPI_Aint sz;
+    int disp;
+    MPI_Win_shared_query(c->ctl_win, 0, &sz, &disp, &c->ctl);
+    if (c->rank == 0) {
+        atomic_init(&c->ctl->arrived, 0);
+        atomic_init(&c->ctl->generation, 0);
+    }
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, c->ctl_win);
+    int sharing = comm_sharing_ranks(c->mpi);  // also a barrier: the words are initialised before anyone arrives
+    c->barrier_spins = sharing < 0 || sharing > fsdp_affinity_cores() ? BARRIER_SPINS_SHARED : BARRIER_SPINS;
     c->shm = 1;
     return FSDP_OK;
 }
@@ -53,6 +107,9 @@ void comm_shm_free(fsdp_comm *c) {
     while (c->n_regions > 0) fsdp_comm_free_shared(c, c->regions[c->n_regions - 1].peer[c->rank]);
     free(c->regions);
     release_window(c);
+    MPI_Win_unlock_all(c->ctl_win);
+    MPI_Win_free(&c->ctl_win);
+    c->ctl = NULL;
     free(c->seg);
     c->seg = NULL;
     c->shm = 0;
@@ -73,7 +130,7 @@ static unsigned char *half_of(fsdp_comm *c, int rank, int half) {
 
 static void sync_all(fsdp_comm *c) {
     MPI_Win_sync(c->win);
-    MPI_Barrier(c->mpi);
+    barrier_wait(c);
     MPI_Win_sync(c->win);
 }
 
@@ -153,7 +210,7 @@ static const shm_region *find_region(const fsdp_comm *c, const void *p, size_t b
 
 static void region_sync(fsdp_comm *c, const shm_region *r) {
     MPI_Win_sync(r->win);
-    MPI_Barrier(c->mpi);
+    barrier_wait(c);
     MPI_Win_sync(r->win);
 }
 
