@@ -6,13 +6,14 @@
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
 #include "fsdp/plan.h"
+#include "kernels/kernels.h"
 
 int main(int argc, char **argv) {
     fsdp_plan_input in;
     memset(&in, 0, sizeof in);
     int model = 0, no_shm = 0;
     in.layers = 6, in.d_model = 512, in.heads = 8, in.ffn = 2048, in.vocab = 256, in.seq = 256, in.batch = 8;
-    in.grad_accum = 1, in.world = 2;
+    in.grad_accum = 1, in.world = 2, in.threads = 1;
     cli_fsdp_options f;
     cli_fsdp_defaults(&f);
     cli_arg args[] = {
@@ -27,6 +28,7 @@ int main(int argc, char **argv) {
         {"--batch", ARG_INT, &in.batch, "sequences per rank per micro-step", 1, 1e7, NULL},
         {"--grad-accum", ARG_INT, &in.grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
         {"--world-size", ARG_INT, &in.world, "ranks", 1, 1e7, NULL},
+        {"--threads", ARG_INT, &in.threads, "OpenMP threads per rank (fsdp-train --threads)", 1, 4096, NULL},
         {"--strategy", ARG_CHOICE, &f.strategy, "FSDP sharding strategy", 1, 0, "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
         {"--wrap", ARG_STRING, &f.wrap, "auto-wrap policy: transformer, size:N or none", 1, 0, NULL},
         {"--shard-group-size", ARG_INT, &f.shard_group_size, "hybrid_shard group (0: the world, one node)", 0, 1e7, NULL},
@@ -55,6 +57,7 @@ int main(int argc, char **argv) {
     in.shared_memory = !no_shm;
     in.param_bf16 = cfg.param_dtype == FSDP_BF16;
     in.reduce_bf16 = cfg.reduce_dtype == FSDP_BF16;
+    in.bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM
     if (in.strategy == FSDP_HYBRID_SHARD && in.shard_group > 0 && in.world % in.shard_group) {
         fprintf(stderr, "fsdp-plan: --shard-group-size %d must divide --world-size %d\n", in.shard_group, in.world);
         return 2;
@@ -70,10 +73,11 @@ int main(int argc, char **argv) {
            "parameters (shards)", p.params / mib, "gradients (shards)", p.grads / mib, "optimizer (AdamW m, v)",
            p.optimizer / mib, "unsharded buffers (peak)", p.unsharded / mib, "activations (peak)", p.activations / mib,
            "communication buffers", p.communication / mib);
-    printf("  %-28s %10.1f\n", "total", p.total / mib);
+    printf("  %-28s %10.1f\n  %-28s %10.1f\n", "GEMM workspace", p.workspace / mib, "total", p.total / mib);
     printf("sent per optimizer step per rank: %.1f MiB\n", p.bytes_sent / mib);
     printf("prediction: parameters %.0f gradients %.0f optimizer %.0f unsharded_peak %.0f activations_peak %.0f "
-           "communication %.0f total %.0f bytes_sent_per_step %.0f\n",
-           p.params, p.grads, p.optimizer, p.unsharded, p.activations, p.communication, p.total, p.bytes_sent);
+           "communication %.0f workspace %.0f total %.0f bytes_sent_per_step %.0f\n",
+           p.params, p.grads, p.optimizer, p.unsharded, p.activations, p.communication, p.workspace, p.total,
+           p.bytes_sent);
     return 0;
 }

@@ -357,11 +357,11 @@ static int run(train_options *o, fsdp_comm *world) {
     if (R == 0) fsdp_trace_report(stdout, N);
     if (o->fsdp.summary && R == 0)  // measured, to hold against fsdp-plan's prediction (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
-               "communication %zu total_peak %zu bytes_sent_per_step %.0f offloaded %zu\n",
+               "communication %zu workspace %zu total_peak %zu bytes_sent_per_step %.0f offloaded %zu\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS), fsdp_mem_peak(FSDP_MEM_COMM),
-               fsdp_mem_peak_total(), fsdp_comm_bytes_sent(fs) / (o->steps - start_step > 0 ? o->steps - start_step : 1),
-               fsdp_offload_bytes());
+               fsdp_mem_peak(FSDP_MEM_WORKSPACE), fsdp_mem_peak_total(),
+               fsdp_comm_bytes_sent(fs) / (o->steps - start_step > 0 ? o->steps - start_step : 1), fsdp_offload_bytes());
     if (o->fsdp.summary && R == 0)  // what the OS says, by kind (fsdp_os_memory)
         printf("os memory rank 0: peak_rss %zu rss %zu anon %zu shmem %zu file %zu pss_anon %zu pss_shmem %zu "
                "pss_file %zu data_pss %zu\n",

@@ -162,12 +162,13 @@ static fsdp_status mpi_check(int rc, const char *what) {
 // bf16 across nodes: MPI has no bf16 sum, so the payloads travel as bf16 (an all-to-all of the slices
 // for a reduce-scatter, an all-gather for an all-reduce) and each rank sums them in fp32 in rank
 // order, rounding once: the same values as the shared-memory path.
+// The scratch grows to the largest payload and is kept (accounted as communication memory).
 static fsdp_bf16 *bf16_scratch(size_t count) {
     static fsdp_bf16 *buf;
     static size_t cap;
     if (count > cap) {
-        free(buf);
-        buf = malloc(sizeof(fsdp_bf16) * count);
+        fsdp_free(buf);
+        buf = fsdp_alloc(sizeof(fsdp_bf16) * count, FSDP_MEM_COMM);
         cap = buf ? count : 0;
     }
     return buf;

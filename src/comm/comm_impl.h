@@ -16,6 +16,7 @@ struct fsdp_comm {
     MPI_Win win;
     unsigned char **seg; // (size,) base of each rank's segment in the window
     size_t seg_bytes;    // capacity of one segment; each holds two halves for double buffering
+    size_t seg_used;     // bytes of each half in use: touched when reserved, accounted as communication
     int parity;          // which half the next collective uses
     MPI_Win ctl_win;     // the barrier's shared words (rank 0 holds them)
     struct shm_barrier *ctl;

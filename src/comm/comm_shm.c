@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/alloc.h"
 #include "core/threads.h"
 #include "core/timer.h"
 
@@ -31,6 +32,8 @@ static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
 
 static void release_window(fsdp_comm *c) {
     if (c->seg_bytes) {
+        fsdp_mem_track(FSDP_MEM_COMM, 2 * c->seg_used, -1);
+        c->seg_used = 0;
         MPI_Win_unlock_all(c->win);
         MPI_Win_free(&c->win);
         c->seg_bytes = 0;
@@ -115,17 +118,26 @@ void comm_shm_free(fsdp_comm *c) {
     c->shm = 0;
 }
 
-// Makes each half of every segment hold at least `bytes`; collective (all ranks ask the same size).
-static fsdp_status ensure_capacity(fsdp_comm *c, size_t bytes) {
-    size_t need = 2 * ((bytes + 63) / 64 * 64);
-    if (need <= c->seg_bytes) return FSDP_OK;
-    size_t grow = c->seg_bytes * 2 > need ? c->seg_bytes * 2 : need;
-    release_window(c);
-    return alloc_window(c, grow);
-}
-
 static unsigned char *half_of(fsdp_comm *c, int rank, int half) {
     return c->seg[rank] + (size_t)half * (c->seg_bytes / 2);
+}
+
+// Makes each half of every segment hold at least `bytes`; collective (all ranks ask the same size).
+// The bytes in use of both halves of this rank's segment are touched here, once, and accounted as
+// communication memory: consecutive collectives alternate halves, so a run's largest message soon
+// occupies both, and the memory a run holds then does not depend on which half it landed in first.
+static fsdp_status ensure_capacity(fsdp_comm *c, size_t bytes) {
+    size_t used = (bytes + 63) / 64 * 64, need = 2 * used;
+    if (need > c->seg_bytes) {
+        size_t grow = c->seg_bytes * 2 > need ? c->seg_bytes * 2 : need;
+        release_window(c);
+        FSDP_CHECK(alloc_window(c, grow));
+    }
+    if (used <= c->seg_used) return FSDP_OK;
+    for (int half = 0; half < 2; half++) memset(half_of(c, c->rank, half) + c->seg_used, 0, used - c->seg_used);
+    fsdp_mem_track(FSDP_MEM_COMM, 2 * (used - c->seg_used), +1);
+    c->seg_used = used;
+    return FSDP_OK;
 }
 
 static void sync_all(fsdp_comm *c) {

@@ -1,5 +1,6 @@
 // alloc.c: aligned allocation with per-category current/peak accounting.
-// Layout of a block: [header (FSDP_ALIGNMENT bytes): size, category][user bytes...].
+// Layout of a block: [slack < FSDP_ALIGNMENT][header (FSDP_ALIGNMENT bytes): size, category, slack][user bytes...]
+// from one malloc of bytes + 2 * FSDP_ALIGNMENT; the user bytes start at an FSDP_ALIGNMENT boundary.
 #include "core/alloc.h"
 
 #include <malloc.h>
@@ -13,6 +14,7 @@
 typedef struct {
     size_t bytes;
     int category;
+    int slack;  // bytes between malloc's pointer and the header
 } block_header;
 
 static atomic_size_t current_bytes[FSDP_MEM_NCATEGORIES];
@@ -37,18 +39,19 @@ void fsdp_mem_init(void) {
 
 void *fsdp_alloc(size_t bytes, fsdp_mem_category cat) {
     FSDP_ASSERT(cat >= 0 && cat < FSDP_MEM_NCATEGORIES);
-    size_t total = bytes + FSDP_ALIGNMENT;
-    total = (total + FSDP_ALIGNMENT - 1) / FSDP_ALIGNMENT * FSDP_ALIGNMENT;
-    unsigned char *raw = aligned_alloc(FSDP_ALIGNMENT, total);
-    if (!raw) {
+    unsigned char *base = malloc(bytes + 2 * FSDP_ALIGNMENT);
+    if (!base) {
         fsdp_error(FSDP_ERR_NOMEM, "out of memory allocating %zu bytes for %s", bytes,
                    fsdp_mem_category_name(cat));
         return NULL;
     }
+    int slack = (int)((FSDP_ALIGNMENT - (uintptr_t)base % FSDP_ALIGNMENT) % FSDP_ALIGNMENT);
+    unsigned char *raw = base + slack;
     memset(raw + FSDP_ALIGNMENT, 0, bytes);
     block_header *h = (block_header *)raw;
     h->bytes = bytes;
     h->category = (int)cat;
+    h->slack = slack;
     size_t now = atomic_fetch_add(&current_bytes[cat], bytes) + bytes;
     raise_peak(&peak_bytes[cat], now);
     size_t all = atomic_fetch_add(&current_all, bytes) + bytes;
@@ -62,7 +65,7 @@ void fsdp_free(void *ptr) {
     block_header *h = (block_header *)raw;
     atomic_fetch_sub(&current_bytes[h->category], h->bytes);
     atomic_fetch_sub(&current_all, h->bytes);
-    free(raw);
+    free(raw - h->slack);
 }
 
 void fsdp_mem_track(fsdp_mem_category cat, size_t bytes, int sign) {
@@ -77,7 +80,7 @@ void fsdp_mem_track(fsdp_mem_category cat, size_t bytes, int sign) {
 
 const char *fsdp_mem_category_name(fsdp_mem_category cat) {
     static const char *names[FSDP_MEM_NCATEGORIES] = {"parameters", "unsharded", "gradients", "optimizer",
-                                                      "activations", "communication", "other"};
+                                                      "activations", "communication", "workspace", "other"};
     return (cat >= 0 && cat < FSDP_MEM_NCATEGORIES) ? names[cat] : "?";
 }
 

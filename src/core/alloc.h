@@ -13,7 +13,8 @@ typedef enum {
     FSDP_MEM_GRADS,        // gradients a rank keeps (under FSDP: its gradient shards)
     FSDP_MEM_OPTIM,
     FSDP_MEM_ACTIVATIONS,
-    FSDP_MEM_COMM,
+    FSDP_MEM_COMM,         // communication buffers, the shared-memory collectives' window included
+    FSDP_MEM_WORKSPACE,    // kernel scratch (GEMM packing panels): grown to the largest product, kept
     FSDP_MEM_OTHER,
     FSDP_MEM_NCATEGORIES,
 } fsdp_mem_category;
@@ -25,6 +26,9 @@ typedef enum {
 void fsdp_mem_init(void);
 
 // Returns zero-filled, FSDP_ALIGNMENT-aligned memory of `bytes`, or NULL (with fsdp_error set).
+// Blocks come from plain malloc (not aligned_alloc, whose extra alignment room keeps a freed block from
+// serving the next request of the same size), so a buffer freed and allocated again each step reuses
+// its hole and the heap stays as large as the accounted peak.
 void *fsdp_alloc(size_t bytes, fsdp_mem_category cat);
 void fsdp_free(void *ptr);  // NULL is fine
 

@@ -9,6 +9,63 @@
 #define ALIGN 16  // FSDP_PAD_ALIGN
 
 static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
+static double max2(double a, double b) { return a > b ? a : b; }
+
+// The packing scratch of the GEMMs: the fp32 kernel's fixed panels (sgemm_avx512.c: KC x NC of B and
+// MC x KC of A, per thread that runs a one-thread product, plus one shared B block for team products),
+// or the bf16 kernel's, which grow to the largest packed operand (gemm_bf16.c: ceil32(rows) x
+// ceil32(K) bf16 values, or fp32 copies when emulated). Team products (outside parallel regions, and
+// for the packed path at least 4 MFLOP) use one scratch; one-thread products use their thread's.
+typedef struct {
+    int64_t m, n, k;
+    int in_parallel;  // attention's products, one (batch, head) per thread
+} gemm_shape;
+
+static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, int64_t V, int64_t N, int64_t T) {
+    const double fp32_b = 4.0 * 256 * 3072, fp32_a = 4.0 * 14 * 24 * 256;  // KC x NC, MC x KC floats
+    int threads = in->threads > 0 ? in->threads : 1;
+    double fp32 = (threads > 1 ? fp32_b : 0.0) + threads * (fp32_b + fp32_a);
+    if (!in->param_bf16) return fp32;
+    int64_t hd = C / (in->heads > 0 ? in->heads : 1);
+    int64_t io[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};  // (in, out) of the block's linear layers
+    gemm_shape g[20];
+    int n = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t a = io[i][0], b = io[i][1];
+        g[n++] = (gemm_shape){N, b, a, 0};                                          // forward
+        g[n++] = (gemm_shape){N, a, b, 0};                                          // input gradient
+        g[n++] = in->gpt2 ? (gemm_shape){a, b, N, 0} : (gemm_shape){b, a, N, 0};  // weight gradient (Conv1D or Linear)
+    }
+    if (in->gpt2) {  // the tied LM head
+        g[n++] = (gemm_shape){N, V, C, 0};
+        g[n++] = (gemm_shape){N, C, V, 0};
+        g[n++] = (gemm_shape){V, C, N, 0};
+    }
+    g[n++] = (gemm_shape){T, T, hd, 1};
+    g[n++] = (gemm_shape){T, hd, T, 1};
+    double team_a = 0, team_b = 0, main_a = 0, main_b = 0, worker_a = 0, worker_b = 0;
+    for (int i = 0; i < n; i++) {
+        double a, b;
+        if (in->bf16_emulated) {
+            a = 4.0 * (double)g[i].m * (double)g[i].k;
+            b = 4.0 * (double)g[i].n * (double)g[i].k;
+        } else {
+            a = 2.0 * (double)round_up(g[i].m, 32) * (double)round_up(g[i].k, 32);
+            b = 2.0 * (double)round_up(g[i].n, 32) * (double)round_up(g[i].k, 32);
+        }
+        int small = !in->bf16_emulated && 2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k < 4e6;
+        if (g[i].in_parallel) {
+            worker_a = max2(worker_a, a), worker_b = max2(worker_b, b);
+        } else if (threads > 1 && !small) {
+            team_a = max2(team_a, a), team_b = max2(team_b, b);
+        } else {
+            main_a = max2(main_a, a), main_b = max2(main_b, b);
+        }
+    }
+    double bf16 = team_a + team_b + max2(main_a, worker_a) + max2(main_b, worker_b) +
+                  (threads - 1) * (worker_a + worker_b);
+    return bf16 + (in->bf16_emulated ? fp32 : 0.0);
+}
 
 fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     fsdp_plan p;
@@ -35,6 +92,28 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     p.communication = 4.0 * (max_shard ? max_shard : 1);
     int shared_shards = !replicated && in->shared_memory && G > 1;  // a one-rank shard group has no shared memory
     if (in->param_bf16 && shared_shards) p.communication += 2.0 * local;  // each unit's bf16 send copy
+    // Collectives whose operands are not in shared memory go through the group's window (comm_shm.c):
+    // two halves of the largest message, 64-byte rounded; across nodes a bf16 reduction gathers
+    // every rank's payload into one scratch (comm.c) instead. ge: bytes per gradient element.
+    double ge = in->reduce_bf16 ? 2.0 : 4.0;
+    int64_t max_unit = n_block_units ? block_padded : 0;
+    if (root_padded > max_unit) max_unit = root_padded;
+    int R = replicated ? 1 : in->world / G;
+    double window = 0.0, bf16_gather = 0.0;
+    if (replicated && in->world > 1) {  // each unit's gradients, all-reduced over the world
+        window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
+        bf16_gather = max2(bf16_gather, 2.0 * in->world * max_unit);
+    }
+    if (!replicated && G > 1) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
+        if (root_padded) window += 2.0 * round_up((int64_t)(ge * root_padded), 64);
+        bf16_gather = max2(bf16_gather, 2.0 * max_unit);
+    }
+    if (!replicated && R > 1) {  // HYBRID_SHARD: each unit's reduced shard, all-reduced over the replicas
+        window += 2.0 * round_up((int64_t)(ge * max_shard), 64);
+        bf16_gather = max2(bf16_gather, 2.0 * R * max_shard);
+    }
+    if (in->shared_memory) p.communication += window;
+    else if (in->reduce_bf16) p.communication += bf16_gather;
 
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
@@ -63,12 +142,13 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double model = in->gpt2 ? 4.0 * (double)(N * (4 * C + 2 * V + 3) + 2 * N)
                             : 4.0 * (double)(N * C * (in->grad_accum + 1));
     p.activations = blocks + sequential + model;
-    p.total = p.params + p.grads + p.optimizer + p.unsharded + p.activations + p.communication;
+    p.workspace = workspace_bytes(in, C, F, V, N, T);
+    p.total = p.params + p.grads + p.optimizer + p.unsharded + p.activations + p.communication + p.workspace;
 
     // bytes each rank sends per optimizer step (as fsdp_comm_stats counts them)
     double frac = G > 1 ? (double)(G - 1) / G : 0.0;
     int gathers = in->strategy == FSDP_SHARD_GRAD_OP ? 1 : 2;
-    double pe = in->param_bf16 ? 2.0 : 4.0, ge = in->reduce_bf16 ? 2.0 : 4.0;  // bytes per element on the wire
+    double pe = in->param_bf16 ? 2.0 : 4.0;  // bytes per element on the wire
     double block_n = (double)block_padded, root_n = (double)root_padded;
     double per_micro;
     if (replicated) {
@@ -80,7 +160,6 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     } else {
         double ag = frac * pe * ((double)n_block_units * block_n * gathers + root_n);
         double rs = frac * ge * ((double)n_block_units * block_n + root_n);
-        int R = in->world / G;
         double rf = in->reduce_bf16 && !in->shared_memory ? (double)(R - 1) : 2.0 * (R - 1) / R;
         double replica = R > 1 ? rf * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
         p.bytes_sent = (ag + rs + replica) * in->grad_accum;

@@ -23,13 +23,16 @@ typedef struct {
     int shared_memory;    // ranks share a node (the shared-memory collectives and gradient staging)
     int param_bf16;       // MixedPrecision param_dtype bf16 (all-gathers of 2 bytes per element)
     int reduce_bf16;      // MixedPrecision reduce_dtype bf16 (gradient reductions of 2 bytes per element)
+    int threads;          // OpenMP threads per rank (0: 1)
+    int bf16_emulated;    // the bf16 GEMM runs emulated (no avx512_bf16 or AMX: fp32 copies, then the fp32 GEMM)
 } fsdp_plan_input;
 
 typedef struct {
     double params, grads, optimizer;  // persistent per rank (bytes)
     double unsharded;                 // peak of gathered parameters and unsharded gradients
     double activations;               // peak of activation buffers
-    double communication;             // reduce-scatter staging
+    double communication;             // reduce staging, bf16 send copies, the shared-memory collectives' window
+    double workspace;                 // GEMM packing scratch (kernels/cpu/sgemm_avx512.c, gemm_bf16.c)
     double total;                     // sum of the above
     double bytes_sent;                // per optimizer step, per rank, all collectives of the engine
     int units;

@@ -24,6 +24,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/alloc.h"
 #include "core/status.h"
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -70,7 +71,9 @@ const char *cpu_gemm_bf16_name(void) {
 }
 
 // Scratch: per thread for one-thread calls (attention runs GEMMs inside a parallel region), shared
-// for team calls. Grown, never shrunk, so steady-state training allocates nothing.
+// for team calls. Grown, never shrunk, so steady-state training allocates nothing. Accounted as
+// workspace: a packed operand is its padded size in bf16, ceil32(rows) x ceil32(K) x 2 bytes (K = V for
+// the LM head's input gradient), which fsdp/plan.c predicts from the model's products.
 typedef struct {
     void *p;
     size_t bytes;
@@ -80,8 +83,8 @@ static scratch team_a, team_b;
 
 static void *grow(scratch *s, size_t bytes) {
     if (s->bytes < bytes) {
-        free(s->p);
-        s->p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+        fsdp_free(s->p);
+        s->p = fsdp_alloc(bytes, FSDP_MEM_WORKSPACE);
         FSDP_ASSERT(s->p != NULL);
         s->bytes = bytes;
     }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/alloc.h"
 #include "core/status.h"
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -144,13 +145,14 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
 }
 
 // Per-thread A panels, and B panels: per thread for one-thread calls (attention runs many small GEMMs
-// concurrently), one shared block for team calls (threads pack it together, then share it).
+// concurrently), one shared block for team calls (threads pack it together, then share it). Fixed
+// sizes, allocated on first use and kept (accounted as workspace: fsdp/plan.c predicts them).
 static _Thread_local float *thread_a_pack;  // (MC, KC)
 static _Thread_local float *thread_b_pack;  // (KC, NC)
 static float *shared_b_pack;                // (KC, NC)
 
 static float *lazy_buffer(float **slot, size_t floats) {
-    if (!*slot) *slot = aligned_alloc(64, sizeof(float) * floats);
+    if (!*slot) *slot = fsdp_alloc(sizeof(float) * floats, FSDP_MEM_WORKSPACE);
     FSDP_ASSERT(*slot != NULL);
     return *slot;
 }
