@@ -152,7 +152,20 @@ static void test_alloc(void) {
         fsdp_free(p);
     }
     CHECK(strcmp(fsdp_mem_category_name(FSDP_MEM_OPTIM), "optimizer") == 0);
+    CHECK(strcmp(fsdp_mem_category_name(FSDP_MEM_WORKSPACE), "workspace") == 0);
     CHECK(fsdp_mem_os_peak_rss() > 0);
+    // a large block freed and asked for again (the root unit's gradient each step) reuses its hole
+    // instead of growing the heap past the accounted peak
+    fsdp_mem_init();
+    const size_t big = (size_t)48 << 20;
+    unsigned char *first = fsdp_alloc(big, FSDP_MEM_GRADS);
+    void *after = fsdp_alloc(1 << 20, FSDP_MEM_OTHER);  // keeps the hole from merging with the heap top
+    CHECK(first != NULL && after != NULL);
+    fsdp_free(first);
+    unsigned char *again = fsdp_alloc(big, FSDP_MEM_GRADS);
+    CHECK(again == first);
+    fsdp_free(again);
+    fsdp_free(after);
 }
 
 // ---------------------------------------------------------------------------------------------
