@@ -91,13 +91,16 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const
     return s;
 }
 
-static int run(minimal_options *o, fsdp_comm *world) {
+// threads: the thread choice, printed by --summary once the output paths are known to be good.
+static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *threads) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
         {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
         {"--dump-output", o->dump_output_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-minimal", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
+    char line[160];
+    if (o->fsdp.summary && R == 0) printf("%s\n", fsdp_threads_describe(threads, line, sizeof line));
     if (o->batch % N) {
         fprintf(stderr, "fsdp-minimal: --batch %d is not divisible by the world size %d\n", o->batch, N);
         return 2;
@@ -264,9 +267,7 @@ int main(int argc, char **argv) {
     rank0 = fsdp_comm_rank(world) == 0;
     fsdp_threads_choice threads;
     if (cli_threads_setup("fsdp-minimal", world, o.threads, &threads) != FSDP_OK) return fail(fsdp_last_error());
-    char line[160];
-    if (o.fsdp.summary && rank0) printf("%s\n", fsdp_threads_describe(&threads, line, sizeof line));
-    int rc = run(&o, world);
+    int rc = run(&o, world, &threads);
     fsdp_comm_free(world);
     return rc;
 }

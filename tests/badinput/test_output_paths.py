@@ -37,7 +37,8 @@ def refused(chk, label, cmd, flag, path, ranks=1):
         r = mpirun(ranks, cmd, expect_ok=False, timeout=120)
         rc, out, err = r.returncode, r.stdout, r.stderr
     dt = time.time() - t0
-    ours = [x for x in err.splitlines() if x.startswith(os.path.basename(cmd[0]) + ":")]
+    tool = os.path.basename(cmd[0])
+    ours = [x for x in err.splitlines() if x.startswith(tool + ":") and not x.startswith(tool + ": note:")]
     lines = err.strip().splitlines() if ranks == 1 else ours  # mpirun adds its own report to stderr
     ok = (rc != 0 and dt < 20 and len(lines) == 1 and len(ours) == 1 and flag in ours[0] and path in ours[0]
           and not out.strip())
