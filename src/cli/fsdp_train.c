@@ -199,6 +199,7 @@ static int run(train_options *o, fsdp_comm *world) {
     memset(&model, 0, sizeof model);
     fsdp_state *fs = NULL;
     int32_t *idx = NULL, *targets = NULL;  // [N*B, T] token ids and next-token targets
+    train_log log;
     memset(&log, 0, sizeof log);
     if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) goto failed;
     if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) goto failed;
@@ -268,7 +269,6 @@ static int run(train_options *o, fsdp_comm *world) {
     fsdp_adamw_config ac = fsdp_adamw_defaults();
     ac.lr = o->lr;
     ac.weight_decay = o->weight_decay;
-    train_log log;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
     int start_step = 0;
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) goto failed;
