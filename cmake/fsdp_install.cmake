@@ -59,6 +59,9 @@ foreach(lib ${OPENBLAS_LIBRARY} ${MPI_C_LIBRARIES})
   list(APPEND fsdp_pc_deps "-L${dir}" "-l${name}")
 endforeach()
 list(APPEND fsdp_pc_deps ${MPI_C_LINK_FLAGS} ${OpenMP_C_FLAGS} -lm)
+if(FSDP_SANITIZE)  # a sanitized library links only into sanitized programs
+  list(APPEND fsdp_pc_deps -fsanitize=address,undefined)
+endif()
 list(REMOVE_DUPLICATES fsdp_pc_deps)
 string(REPLACE ";" " " FSDP_PC_DEPS "${fsdp_pc_deps}")
 set(FSDP_PC_NATIVE_NOTE "")
@@ -75,6 +78,6 @@ install(FILES ${PROJECT_BINARY_DIR}/fsdp.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/
 
 # The in-tree example as a C test on 2 ranks (so `make test-asan` runs it under the sanitizers too);
 # tests/install runs the installed build of it and compares ranks.
-add_test(NAME example_custom_model_np2 COMMAND ${MPIEXEC_EXECUTABLE} -np 2 $<TARGET_FILE:fsdp-example-custom-model> 10)
+add_test(NAME example_custom_model_np2 COMMAND ${FSDP_TEST_WRAP} ${MPIEXEC_EXECUTABLE} -np 2 $<TARGET_FILE:fsdp-example-custom-model> 10)
 set_tests_properties(example_custom_model_np2 PROPERTIES TIMEOUT 120 ENVIRONMENT
   "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")

@@ -166,7 +166,10 @@ static int cmd_info(const char *path) {
         snprintf(key, sizeof key, "shape.%s", names[i]);
         int64_t d1[1] = {st_find(c.index, key)->shape[0]}, sh64[8];
         int32_t sh[8];
-        if (st_read_i32(c.index, key, sh, 1, d1) != FSDP_OK) return fail();
+        if (st_read_i32(c.index, key, sh, 1, d1) != FSDP_OK) {
+            ckpt_close(&c);
+            return fail();
+        }
         for (int d = 0; d < d1[0]; d++) sh64[d] = sh[d];
         snprintf(key, sizeof key, "pieces.%s", names[i]);
         printf("    %-46s %-16s %lld piece(s)\n", names[i], fsdp_shape_str((int)d1[0], sh64, shape, sizeof shape),
@@ -249,6 +252,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
     if (world <= 0) world = c.world;
     if (mkdir(out, 0755) != 0 && errno != EEXIST) {
         fprintf(stderr, "%s: %s: cannot create: %s\n", prog, out, strerror(errno));
+        ckpt_close(&c);
         return 1;
     }
     const char *names[4096];
@@ -324,7 +328,9 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
     st_writer *iw = st == FSDP_OK ? st_writer_new(path) : NULL;
     int32_t *tables = calloc((size_t)n * (size_t)world * 3 + 1, sizeof(int32_t));
     int32_t *shapes = calloc((size_t)n * 8 + 1, sizeof(int32_t));
-    if (st == FSDP_OK && (!iw || !tables || !shapes)) st = FSDP_ERR_NOMEM;
+    // (n, 8 + 3 * world): each tensor's int64 shape and new pieces; the writer reads them at the commit
+    int64_t *kept = calloc((size_t)n * (size_t)(8 + 3 * world) + 1, sizeof(int64_t));
+    if (st == FSDP_OK && (!iw || !tables || !shapes || !kept)) st = FSDP_ERR_NOMEM;
     const char *keep[] = {"format", "strategy", "step", "seed", "global_batch", "adam_step"};
     for (size_t k = 0; k < sizeof keep / sizeof keep[0] && st == FSDP_OK; k++)
         if (st_metadata(c.index, keep[k])) st = st_writer_add_metadata(iw, keep[k], st_metadata(c.index, keep[k]));
@@ -346,7 +352,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
         int64_t d1[1] = {st_find(c.index, key)->shape[0]};
         int32_t *sh = shapes + 8 * i;
         st = st_read_i32(c.index, key, sh, 1, d1);
-        int64_t *sh64 = malloc(sizeof(int64_t) * 8), *rows = malloc(sizeof(int64_t) * (size_t)(3 * world + 1));
+        int64_t *sh64 = kept + (size_t)i * (size_t)(8 + 3 * world), *rows = sh64 + 8;
         int nr = 0;
         for (int d = 0; d < d1[0]; d++) sh64[d] = sh[d];
         for (int q = 0; q < world; q++) {
@@ -357,23 +363,18 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
             rows[3 * nr + 2] = hi - lo;
             nr++;
         }
-        // the writer keeps pointers until commit: hand it memory that lives that long
-        int64_t *keep_shape = malloc(sizeof(int64_t) * 8), *keep_rows = malloc(sizeof(int64_t) * (size_t)(3 * nr + 1));
-        memcpy(keep_shape, sh64, sizeof(int64_t) * 8);
-        memcpy(keep_rows, rows, sizeof(int64_t) * (size_t)(3 * nr));
-        free(sh64);
-        free(rows);
         int64_t ts1[1] = {d1[0]}, ts2[2] = {nr, 3};
-        if (st == FSDP_OK) st = st_writer_add(iw, key, ST_I64, 1, ts1, keep_shape);
+        if (st == FSDP_OK) st = st_writer_add(iw, key, ST_I64, 1, ts1, sh64);
         snprintf(key, sizeof key, "pieces.%s", names[i]);
-        if (st == FSDP_OK) st = st_writer_add(iw, key, ST_I64, 2, ts2, keep_rows);
+        if (st == FSDP_OK) st = st_writer_add(iw, key, ST_I64, 2, ts2, rows);
     }
     if (iw) st = st == FSDP_OK ? st_writer_commit(iw) : (st_writer_free(iw), st);
     ckpt_close(&c);
     free(ws);
     free(numels);
     free(tables);
-    free(shapes);  // (keep_shape/keep_rows are small and live until exit)
+    free(shapes);
+    free(kept);
     if (st != FSDP_OK) return fail();
     snprintf(path, sizeof path, "%s/DONE", out);
     FILE *f = fopen(path, "w");

@@ -86,6 +86,8 @@ int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc 
         st = fsdp_load_params(*out, init_path, alt_prefix, !o->init_nonstrict, report, sizeof report);
     if (st != FSDP_OK) {
         fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
+        fsdp_free_state(*out);
+        *out = NULL;
         return 1;
     }
     if (report[0] && fsdp_comm_rank(world) == 0) fprintf(stderr, "%s: note: %s\n", prog, report);

@@ -69,8 +69,8 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const
     int N = fsdp_comm_size(world);
     size_t local = (size_t)o->seq * nb * o->d_model, C = (size_t)o->d_model;
     float *all = malloc(sizeof(float) * local * (size_t)N), *glob = malloc(sizeof(float) * local * (size_t)N);
-    if (!all || !glob) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    fsdp_status s = fsdp_all_gather(world, y, all, local, FSDP_F32);
+    fsdp_status s = all && glob ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    if (s == FSDP_OK) s = fsdp_all_gather(world, y, all, local, FSDP_F32);
     for (int r = 0; r < N && s == FSDP_OK; r++)  // rank r's block holds global columns [r*nb, (r+1)*nb)
         for (int t = 0; t < o->seq; t++)
             for (int b = 0; b < nb; b++) {
@@ -125,30 +125,40 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     layer.norm_first = o->norm_first;
     layer.batch_first = o->batch_first;
     layer.causal = o->causal;
+    // Everything below is released at `done`, on every return path (the error paths included).
+    int rc = 0;
     nn_encoder_stack model;
-    if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) return fail(fsdp_last_error());
-    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
-    if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) return 1;
+    float *x = NULL, *xm = NULL, *dy = NULL;  // inputs [seq, batch, d_model]; this rank's micro-batches; dL/dy
+    if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
+    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
+    if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) {
+        rc = 1;
+        goto done;
+    }
     const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
     size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;
-    float *x = malloc(sizeof(float) * global_n);
-    float *xm = fsdp_alloc(sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
-    float *dy = fsdp_alloc(sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
-    if (!x || !xm || !dy) return fail("out of memory");
-    if (load_input(o, x) != FSDP_OK) return fail(fsdp_last_error());
+    x = malloc(sizeof(float) * global_n);
+    xm = fsdp_alloc(sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
+    dy = fsdp_alloc(sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
+    if (!x || !xm || !dy) {
+        rc = fail("out of memory");
+        goto done;
+    }
+    if (load_input(o, x) != FSDP_OK) goto failed;
     for (int m = 0; m < o->grad_accum; m++) take_columns(o, x, xm + (size_t)m * micro_n, R * local_batch + m * micro, micro);
     free(x);
+    x = NULL;
     fsdp_adamw_config ac = fsdp_adamw_defaults();
     ac.lr = o->lr;
     ac.weight_decay = o->weight_decay;
-    if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
+    if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
 
     cli_ckpt_catch_signals();
     int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->batch, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->batch, R, &start_step) != FSDP_OK) goto failed;
     double total_time = 0.0, total_comm = 0.0;
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
@@ -161,23 +171,23 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
             const float *xin = xm + (size_t)m * micro_n, *y = NULL;
             if (fsdp_begin_forward(fs, sync) != FSDP_OK ||
                 nn_sequential_forward(&ctx, &model.seq, xin, micro, o->seq, &y) != FSDP_OK)
-                return fail(fsdp_last_error());
+                goto failed;
             loss += nn_abs_mean_forward(y, micro_n) / o->grad_accum;
             if (step == 0 && m == 0 && o->dump_output_path && dump_output(o, world, y, micro) != FSDP_OK)
-                return fail(fsdp_last_error());
+                goto failed;
             nn_abs_mean_backward(dy, y, micro_n, 1.0f / (float)o->grad_accum);
             if (nn_sequential_backward(&ctx, &model.seq, dy, xin, NULL) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
-                return fail(fsdp_last_error());
+                goto failed;
         }
-        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
+        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
         double norm = 0.0;
         if (o->clip > 0.0f) {  // clip_grad_norm_ over the true global norm of the sharded gradients
-            if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
+            if (fsdp_grad_norm(fs, &norm) != FSDP_OK) goto failed;
             fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
         // the gradients the optimizer sees (after clipping), for the parity tests
         if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
-            return fail(fsdp_last_error());
+            goto failed;
         fsdp_optimizer_step(fs, o->lr);
         if (step > start_step) {
             total_time += fsdp_now_sec() - t0;
@@ -190,16 +200,17 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         }
         if (o->fsdp.ckpt.dir && o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0 &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
-            return fail(fsdp_last_error());
+            goto failed;
         int stop = 0;  // SIGINT/SIGTERM: every rank stops after this step, saves, exits 130
-        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
+        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
         if (stop) {
             int saved = o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0;
             if (o->fsdp.ckpt.dir && !saved && cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
-                return fail(fsdp_last_error());
+                goto failed;
             if (R == 0) fprintf(stderr, "fsdp-minimal: interrupted after step %d%s\n", step,
                                 o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)" : "");
-            return 130;
+            rc = 130;
+            goto done;
         }
     }
     if (o->steps - start_step > 1 && R == 0)
@@ -211,12 +222,17 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS));
-    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
+    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
+    goto done;
+failed:
+    rc = fail(fsdp_last_error());
+done:
     fsdp_free_state(fs);
     nn_encoder_stack_free(&model);
+    free(x);
     fsdp_free(xm);
     fsdp_free(dy);
-    return 0;
+    return rc;
 }
 
 int main(int argc, char **argv) {

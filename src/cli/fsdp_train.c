@@ -202,9 +202,17 @@ static int run(train_options *o, fsdp_comm *world) {
         fprintf(stderr, "fsdp-train: --eval-every with --input needs --val-data (there is no training stream)\n");
         return 2;
     }
+    // Everything below is released at `done`, on every return path (the error paths included).
+    int rc = 0;
     fsdp_data *data = NULL, *val = NULL;
-    if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) return fail(fsdp_last_error());
-    if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) return fail(fsdp_last_error());
+    nn_gpt2 model;
+    memset(&model, 0, sizeof model);
+    fsdp_state *fs = NULL;
+    int32_t *idx = NULL, *targets = NULL;  // [N*B, T] token ids and next-token targets
+    train_log log;
+    memset(&log, 0, sizeof log);
+    if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) goto failed;
+    if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) goto failed;
     if (o->eval_every > 0 && !val) val = data;  // validate on the training stream's first batches
     const fsdp_data *streams[2] = {data, val};  // training and validation data (either may be NULL)
     for (int i = 0; i < 2; i++) {
@@ -212,20 +220,22 @@ static int run(train_options *o, fsdp_comm *world) {
         if (data_vocab > o->vocab) {
             fprintf(stderr, "fsdp-train: --vocab %d is smaller than the data's %d token ids (%s)\n", o->vocab,
                     data_vocab, fsdp_data_name(streams[i]));
-            return 2;
+            rc = 2;
+            goto done;
         }
     }
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
-    nn_gpt2 model;
-    if (nn_gpt2_create(&model, cfg) != FSDP_OK) return fail(fsdp_last_error());
+    if (nn_gpt2_create(&model, cfg) != FSDP_OK) goto failed;
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
-    fsdp_state *fs = NULL;
-    if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) return 1;
+    if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) {
+        rc = 1;
+        goto done;
+    }
     const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     int B = o->batch, T = o->seq, M = o->grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
     // spans: kept for --trace, totals only otherwise (the end-of-run report)
-    if (fsdp_trace_enable(R, o->trace_path ? (size_t)1 << 20 : 0) != FSDP_OK) return fail(fsdp_last_error());
+    if (fsdp_trace_enable(R, o->trace_path ? (size_t)1 << 20 : 0) != FSDP_OK) goto failed;
     if (o->collective_timeout > 0 && N > 1) {
         pthread_t tid;
         watchdog_timeout = o->collective_timeout;
@@ -250,27 +260,33 @@ static int run(train_options *o, fsdp_comm *world) {
         if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
         fflush(stdout);
     }
-    int32_t *idx = malloc(sizeof(int32_t) * (size_t)N * B * T), *targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
-    if (!idx || !targets) return fail("out of memory");
+    idx = malloc(sizeof(int32_t) * (size_t)N * B * T);
+    targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
+    if (!idx || !targets) {
+        rc = fail("out of memory");
+        goto done;
+    }
     if (o->input_path) {  // one fixed global batch [N*B, T]; this rank keeps rows [R*B, (R+1)*B)
         st_file *f = NULL;
         int64_t shape[2] = {(int64_t)N * B, T};
-        if (st_open(o->input_path, &f) != FSDP_OK) return fail(fsdp_last_error());
+        if (st_open(o->input_path, &f) != FSDP_OK) goto failed;
         fsdp_status st = st_read_i32(f, "idx", idx, 2, shape);
         if (st == FSDP_OK) st = st_read_i32(f, "targets", targets, 2, shape);
         st_close(f);
-        if (st != FSDP_OK) return fail(fsdp_last_error());
+        if (st != FSDP_OK) goto failed;
         memmove(idx, idx + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
         memmove(targets, targets + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
     }
     fsdp_adamw_config ac = fsdp_adamw_defaults();
     ac.lr = o->lr;
     ac.weight_decay = o->weight_decay;
-    train_log log;
-    if (fsdp_optimizer_create(fs, ac) != FSDP_OK) return fail(fsdp_last_error());
+    if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
     int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) return fail(fsdp_last_error());
-    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) return 1;
+    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) goto failed;
+    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) {
+        rc = 1;
+        goto done;
+    }
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
@@ -281,11 +297,11 @@ static int run(train_options *o, fsdp_comm *world) {
             nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed, .step = (uint64_t)step * M + m};
             if (fsdp_begin_forward(fs, 1) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
                 nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
-                return fail(fsdp_last_error());
+                goto failed;
             loss += model.loss / M;
         }
         if (fsdp_fault_at_step("FSDP_TEST_NAN_SHARD", step, R)) poison_grad_shard(fs);
-        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) return fail(fsdp_last_error());
+        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
         loss /= N;
         if (fsdp_fault_at_step("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;
         // A non-finite loss or gradient (the global norm, which any NaN or Inf element makes non-finite)
@@ -294,9 +310,9 @@ static int run(train_options *o, fsdp_comm *world) {
         // locally). A skipped step changes neither the parameters nor the AdamW state (its step count
         // and moments), as PyTorch's GradScaler skips optimizer.step(); the schedule still advances.
         double norm = 0.0;
-        if (fsdp_grad_norm(fs, &norm) != FSDP_OK) return fail(fsdp_last_error());
+        if (fsdp_grad_norm(fs, &norm) != FSDP_OK) goto failed;
         double bad_norm = isfinite(norm) ? 0.0 : 1.0;
-        if (fsdp_all_reduce_double(world, &bad_norm) != FSDP_OK) return fail(fsdp_last_error());
+        if (fsdp_all_reduce_double(world, &bad_norm) != FSDP_OK) goto failed;
         int skip = 0;
         if (!isfinite(loss) || bad_norm > 0.0) {
             const char *what = !isfinite(loss) ? "loss" : "gradient norm";
@@ -305,7 +321,8 @@ static int run(train_options *o, fsdp_comm *world) {
                 if (R == 0)
                     fprintf(stderr, "fsdp-train: step %d: %s is %g; stopping before the update (lower --lr, add "
                             "--clip-grad, or pass --skip-nonfinite)\n", step, what, value);
-                return 1;
+                rc = 1;
+                goto done;
             }
             if (R == 0)
                 fprintf(stderr, "fsdp-train: step %d: %s is %g; skipping this update (parameters and AdamW state "
@@ -315,7 +332,7 @@ static int run(train_options *o, fsdp_comm *world) {
         if (o->clip > 0.0f && !skip) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         // the gradients the optimizer sees (after clipping), for the parity tests
         if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
-            return fail(fsdp_last_error());
+            goto failed;
         // cosine: from --lr after the warmup down to --min-lr at the last step (steps - 1)
         float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps - 1, o->min_lr)
                                     : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
@@ -329,20 +346,21 @@ static int run(train_options *o, fsdp_comm *world) {
                             (double)fsdp_mem_peak_total(), -1.0};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
             evaluate(fs, &model, val, o, world, &rec.val_loss) != FSDP_OK)
-            return fail(fsdp_last_error());
+            goto failed;
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
         int stop = 0;  // every rank stops after the same step
-        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) return fail(fsdp_last_error());
+        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
         int64_t global_batch = (int64_t)N * M * B;
         if (o->fsdp.ckpt.dir && ((o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0) || stop > 0) &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
-            return fail(fsdp_last_error());
+            goto failed;
         if (stop > 0) {
             if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
                                 o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)"
                                             : o->save_path ? "; saving the weights" : "");
-            if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
-            return 130;
+            if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
+            rc = 130;
+            goto done;
         }
     }
     fsdp_os_memory os;
@@ -367,13 +385,16 @@ static int run(train_options *o, fsdp_comm *world) {
                "pss_file %zu data_pss %zu\n",
                os.peak_rss, os.rss, os.anon, os.shmem, os.file, os.pss_anon, os.pss_shmem, os.pss_file, os.data_pss);
     if (o->trace_path) {
-        if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) return fail(fsdp_last_error());
+        if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) goto failed;
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
     }
-    if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) return fail(fsdp_last_error());
-    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) return fail(fsdp_last_error());
-    int rc = 0;
+    if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) goto failed;
+    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
     if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
+    goto done;
+failed:
+    rc = fail(fsdp_last_error());
+done:
     train_log_close(&log);
     fsdp_free_state(fs);
     nn_gpt2_free(&model);

@@ -22,11 +22,23 @@ static fsdp_comm *comm_new(comm_backend b) {
     return c;
 }
 
+// Takes m into c (the caller frees c on failure: fsdp_comm_free releases m too).
 static fsdp_status mpi_group(fsdp_comm *c, MPI_Comm m) {
     c->mpi = m;
-    MPI_Comm_rank(m, &c->rank);
-    MPI_Comm_size(m, &c->size);
+    FSDP_CHECK(comm_mpi_check(MPI_Comm_rank(m, &c->rank), "MPI_Comm_rank"));
+    FSDP_CHECK(comm_mpi_check(MPI_Comm_size(m, &c->size), "MPI_Comm_size"));
     return c->size > 1 ? comm_shm_setup(c) : FSDP_OK;
+}
+
+// Hands a new communicator to *out, or frees it and returns the error.
+static fsdp_status adopt(fsdp_comm *c, MPI_Comm m, fsdp_comm **out) {
+    fsdp_status s = mpi_group(c, m);
+    if (s != FSDP_OK) {
+        fsdp_comm_free(c);
+        return s;
+    }
+    *out = c;
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_comm_world(fsdp_comm **world, int *argc, char ***argv) {
@@ -40,53 +52,69 @@ fsdp_status fsdp_comm_world(fsdp_comm **world, int *argc, char ***argv) {
         return FSDP_OK;
     }
     int initialized = 0, provided = 0;
-    MPI_Initialized(&initialized);
+    FSDP_CHECK(comm_mpi_check(MPI_Initialized(&initialized), "MPI_Initialized"));
     if (!initialized && MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
         return fsdp_error(FSDP_ERR_COMM, "MPI_Init_thread failed");
     fsdp_comm *c = comm_new(COMM_MPI);
     if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     c->owns_mpi = !initialized;
     MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    *world = c;
-    return mpi_group(c, dup);
+    fsdp_status s = comm_mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &dup), "MPI_Comm_dup");
+    // Errors come back as return codes (checked everywhere, turned into fsdp_status) instead of
+    // aborting inside MPI; communicators split from this one inherit it.
+    if (s == FSDP_OK) s = comm_mpi_check(MPI_Comm_set_errhandler(dup, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+    if (s != FSDP_OK) {
+        if (c->owns_mpi) MPI_Finalize();
+        free(c);
+        return s;
+    }
+    return adopt(c, dup, world);
 }
 
 fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **out) {
     *out = NULL;
     fsdp_comm *c = comm_new(parent->backend);
     if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    *out = c;
     if (parent->backend == COMM_LOCAL) {
         c->size = 1;
+        *out = c;
         return FSDP_OK;
     }
     MPI_Comm m;
-    if (MPI_Comm_split(parent->mpi, color, key, &m) != MPI_SUCCESS)
-        return fsdp_error(FSDP_ERR_COMM, "MPI_Comm_split failed");
-    return mpi_group(c, m);
+    fsdp_status s = comm_mpi_check(MPI_Comm_split(parent->mpi, color, key, &m), "MPI_Comm_split");
+    if (s != FSDP_OK) {
+        free(c);
+        return s;
+    }
+    return adopt(c, m, out);
 }
 
 fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out) {
     *out = NULL;
     fsdp_comm *c = comm_new(parent->backend);
     if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    *out = c;
     if (parent->backend == COMM_LOCAL) {
         c->size = 1;
+        *out = c;
         return FSDP_OK;
     }
     MPI_Comm m;
-    MPI_Comm_split_type(parent->mpi, MPI_COMM_TYPE_SHARED, parent->rank, MPI_INFO_NULL, &m);
-    return mpi_group(c, m);
+    int rc = MPI_Comm_split_type(parent->mpi, MPI_COMM_TYPE_SHARED, parent->rank, MPI_INFO_NULL, &m);
+    fsdp_status s = comm_mpi_check(rc, "MPI_Comm_split_type");
+    if (s != FSDP_OK) {
+        free(c);
+        return s;
+    }
+    return adopt(c, m, out);
 }
 
 void fsdp_comm_free(fsdp_comm *c) {
     if (!c) return;
     if (c->backend == COMM_MPI) {
         comm_shm_free(c);
-        MPI_Comm_free(&c->mpi);
-        if (c->owns_mpi) MPI_Finalize();
+        // teardown: nothing left to report a failure to, and the process is ending or moving on
+        (void)MPI_Comm_free(&c->mpi);
+        if (c->owns_mpi) (void)MPI_Finalize();
     }
     free(c);
 }
@@ -121,8 +149,8 @@ static fsdp_status check_sequence(fsdp_comm *c, int kind, size_t count) {
     long call = c->calls_issued++;
     if (!c->check_sequence || c->size == 1) return FSDP_OK;
     long v[6] = {call, -call, kind, -kind, (long)count, -(long)count};
-    if (MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_LONG, MPI_MAX, c->mpi) != MPI_SUCCESS)
-        return fsdp_error(FSDP_ERR_COMM, "sequence check failed");
+    FSDP_CHECK(comm_mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_LONG, MPI_MAX, c->mpi),
+                         "MPI_Allreduce (sequence check)"));
     static const char *kinds[] = {"?", "all_gather", "reduce_scatter", "all_reduce", "broadcast"};
     if (v[0] != -v[1] || v[2] != -v[3] || v[4] != -v[5])
         return fsdp_error(FSDP_ERR_COMM, "collective mismatch: rank %d's call #%ld is %s of %zu elements, but the "
@@ -151,7 +179,7 @@ static void scale_f32(void *buf, size_t n, float s) {
     for (size_t i = 0; i < n; i++) x[i] *= s;
 }
 
-static fsdp_status mpi_check(int rc, const char *what) {
+fsdp_status comm_mpi_check(int rc, const char *what) {
     if (rc == MPI_SUCCESS) return FSDP_OK;
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -185,8 +213,8 @@ static fsdp_status mpi_reduce_scatter_bf16(fsdp_comm *c, const void *send, void 
                                            fsdp_reduce_op op) {
     fsdp_bf16 *slices = bf16_scratch(count * (size_t)c->size);  // (size, count) every rank's slice of mine
     if (!slices) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a bf16 reduce-scatter of %zu values", count);
-    fsdp_status s = mpi_check(MPI_Alltoall(send, (int)count, MPI_UINT16_T, slices, (int)count, MPI_UINT16_T, c->mpi),
-                              "MPI_Alltoall");
+    int rc = MPI_Alltoall(send, (int)count, MPI_UINT16_T, slices, (int)count, MPI_UINT16_T, c->mpi);
+    fsdp_status s = comm_mpi_check(rc, "MPI_Alltoall");
     if (s == FSDP_OK) sum_bf16_slices(recv, slices, count, c->size, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
     return s;
 }
@@ -194,7 +222,7 @@ static fsdp_status mpi_reduce_scatter_bf16(fsdp_comm *c, const void *send, void 
 static fsdp_status mpi_all_reduce_bf16(fsdp_comm *c, void *buf, size_t count, fsdp_reduce_op op) {
     fsdp_bf16 *all = bf16_scratch(count * (size_t)c->size);  // (size, count) every rank's buffer
     if (!all) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a bf16 all-reduce of %zu values", count);
-    fsdp_status s = mpi_check(MPI_Allgather(buf, (int)count, MPI_UINT16_T, all, (int)count, MPI_UINT16_T, c->mpi),
+    fsdp_status s = comm_mpi_check(MPI_Allgather(buf, (int)count, MPI_UINT16_T, all, (int)count, MPI_UINT16_T, c->mpi),
                               "MPI_Allgather");
     if (s == FSDP_OK) sum_bf16_slices(buf, all, count, c->size, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
     return s;
@@ -213,7 +241,7 @@ fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t c
         s = comm_shm_all_gather(c, send, recv, count, dt);
     } else {
         const void *src = send == (const unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
-        s = mpi_check(MPI_Allgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi),
+        s = comm_mpi_check(MPI_Allgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi),
                       "MPI_Allgather");
     }
     account(c, t0, bytes * (size_t)(c->size - 1));
@@ -232,7 +260,7 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
     if (c->shm) {
         s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
     } else if (dt == FSDP_F32) {
-        s = mpi_check(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi),
+        s = comm_mpi_check(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi),
                       "MPI_Reduce_scatter_block");
         if (op == FSDP_AVG) scale_f32(recv, count, 1.0f / (float)c->size);
     } else {
@@ -250,7 +278,7 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
     if (c->shm) {
         s = comm_shm_all_reduce(c, buf, count, dt, op);
     } else if (dt == FSDP_F32) {
-        s = mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi), "MPI_Allreduce");
+        s = comm_mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi), "MPI_Allreduce");
         if (op == FSDP_AVG) scale_f32(buf, count, 1.0f / (float)c->size);
     } else {
         s = mpi_all_reduce_bf16(c, buf, count, op);
@@ -265,7 +293,7 @@ fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt,
     if (c->size == 1) return FSDP_OK;
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "broadcast", 4, count));
-    fsdp_status s = mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
+    fsdp_status s = comm_mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
     account(c, t0, c->rank == root ? count * fsdp_dtype_size(dt) : 0);
     return s;
 }
@@ -273,7 +301,7 @@ fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt,
 fsdp_status fsdp_barrier(fsdp_comm *c) {
     if (c->size == 1) return FSDP_OK;
     enter("barrier");
-    fsdp_status s = mpi_check(MPI_Barrier(c->mpi), "MPI_Barrier");
+    fsdp_status s = comm_mpi_check(MPI_Barrier(c->mpi), "MPI_Barrier");
     leave();
     return s;
 }
@@ -281,7 +309,7 @@ fsdp_status fsdp_barrier(fsdp_comm *c) {
 fsdp_status fsdp_all_reduce_double(fsdp_comm *c, double *value) {
     if (c->size == 1) return FSDP_OK;
     enter("all_reduce(double)");
-    fsdp_status s = mpi_check(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->mpi), "MPI_Allreduce");
+    fsdp_status s = comm_mpi_check(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->mpi), "MPI_Allreduce");
     leave();
     return s;
 }
@@ -302,7 +330,7 @@ fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t 
     size_t bytes = count * fsdp_dtype_size(dt);
     const void *src = send == (const unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
     (*req)->bytes = bytes * (size_t)(c->size - 1);
-    return mpi_check(MPI_Iallgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi,
+    return comm_mpi_check(MPI_Iallgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi,
                                     &(*req)->mpi), "MPI_Iallgather");
 }
 
@@ -316,7 +344,7 @@ fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, siz
         (*req)->scale_buf = recv;
         (*req)->scale_count = count;
     }
-    return mpi_check(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
+    return comm_mpi_check(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
                      "MPI_Ireduce_scatter_block");
 }
 
@@ -330,7 +358,7 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
         (*req)->scale_buf = buf;
         (*req)->scale_count = count;
     }
-    return mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
+    return comm_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
                      "MPI_Iallreduce");
 }
 
@@ -339,7 +367,7 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
         *done = 1;
         return FSDP_OK;
     }
-    return mpi_check(MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE), "MPI_Test");
+    return comm_mpi_check(MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE), "MPI_Test");
 }
 
 fsdp_status fsdp_comm_wait(fsdp_comm_request *req) {
@@ -347,7 +375,7 @@ fsdp_status fsdp_comm_wait(fsdp_comm_request *req) {
     fsdp_status s = FSDP_OK;
     if (req->mpi != MPI_REQUEST_NULL) {
         double t0 = fsdp_now_sec();
-        s = mpi_check(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE), "MPI_Wait");
+        s = comm_mpi_check(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE), "MPI_Wait");
         account(req->comm, t0, req->bytes);
     }
     if (req->scale_buf) scale_f32(req->scale_buf, req->scale_count, 1.0f / (float)req->comm->size);

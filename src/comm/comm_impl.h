@@ -48,6 +48,8 @@ struct fsdp_comm_request {
 int comm_sharing_ranks(MPI_Comm m);
 
 // shared-memory collectives (comm_shm.c); each returns FSDP_OK or an error with a message
+// FSDP_OK for MPI_SUCCESS, else an FSDP_ERR_COMM error "<what> failed: <MPI's message>".
+fsdp_status comm_mpi_check(int rc, const char *what);
 fsdp_status comm_shm_setup(fsdp_comm *c);
 void comm_shm_free(fsdp_comm *c);
 fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);

@@ -20,14 +20,13 @@ static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
     void *base = NULL;
     if (MPI_Win_allocate_shared(bytes, 64, MPI_INFO_NULL, c->mpi, &base, &c->win) != MPI_SUCCESS)
         return fsdp_error(FSDP_ERR_COMM, "MPI_Win_allocate_shared of %zu bytes failed", seg_bytes);
+    c->seg_bytes = seg_bytes;  // release_window frees it from here on
     for (int r = 0; r < c->size; r++) {
         MPI_Aint sz;
         int disp;
-        MPI_Win_shared_query(c->win, r, &sz, &disp, &c->seg[r]);
+        FSDP_CHECK(comm_mpi_check(MPI_Win_shared_query(c->win, r, &sz, &disp, &c->seg[r]), "MPI_Win_shared_query"));
     }
-    MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win);
-    c->seg_bytes = seg_bytes;
-    return FSDP_OK;
+    return comm_mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win), "MPI_Win_lock_all");
 }
 
 static void release_window(fsdp_comm *c) {
@@ -75,12 +74,15 @@ static void barrier_wait(fsdp_comm *c) {
 fsdp_status comm_shm_setup(fsdp_comm *c) {
     c->shm = 0;
     MPI_Comm node;
-    MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    int node_size;
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
-    int all_local = node_size == c->size, everyone;
-    MPI_Allreduce(&all_local, &everyone, 1, MPI_INT, MPI_MIN, c->mpi);
+    FSDP_CHECK(comm_mpi_check(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
+                              "MPI_Comm_split_type"));
+    int node_size = 0;
+    fsdp_status s = comm_mpi_check(MPI_Comm_size(node, &node_size), "MPI_Comm_size");
+    (void)MPI_Comm_free(&node);
+    int all_local = node_size == c->size, everyone = 0;
+    if (s == FSDP_OK)
+        s = comm_mpi_check(MPI_Allreduce(&all_local, &everyone, 1, MPI_INT, MPI_MIN, c->mpi), "MPI_Allreduce");
+    FSDP_CHECK(s);
     if (!everyone || getenv("FSDP_COMM_NO_SHM")) return FSDP_OK;
     c->seg = calloc((size_t)c->size, sizeof(unsigned char *));
     if (!c->seg) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
@@ -185,12 +187,17 @@ void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes) {
         free(r->peer);
         return NULL;
     }
+    int ok = 1;
     for (int q = 0; q < c->size; q++) {
         MPI_Aint sz;
         int disp;
-        MPI_Win_shared_query(r->win, q, &sz, &disp, &r->peer[q]);
+        ok &= MPI_Win_shared_query(r->win, q, &sz, &disp, &r->peer[q]) == MPI_SUCCESS;
     }
-    MPI_Win_lock_all(MPI_MODE_NOCHECK, r->win);
+    if (!ok || MPI_Win_lock_all(MPI_MODE_NOCHECK, r->win) != MPI_SUCCESS) {  // the caller falls back to private memory
+        (void)MPI_Win_free(&r->win);
+        free(r->peer);
+        return NULL;
+    }
     memset(r->peer[c->rank], 0, bytes);
     c->n_regions++;
     return r->peer[c->rank];

@@ -197,12 +197,12 @@ fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trai
     uint32_t *crcs = calloc((size_t)N, sizeof(uint32_t));
     float *flags = calloc((size_t)N, sizeof(float));
     int *writers = calloc((size_t)N, sizeof(int));
-    if (!crcs || !flags || !writers) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     float flag = (float)mine_writes, crc_bits;
     memcpy(&crc_bits, &crc, sizeof crc);
-    st = fsdp_all_gather(s->world, &crc_bits, crcs, 1, FSDP_F32);  // raw bits: a copy
+    st = crcs && flags && writers ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    if (st == FSDP_OK) st = fsdp_all_gather(s->world, &crc_bits, crcs, 1, FSDP_F32);  // raw bits: a copy
     if (st == FSDP_OK) st = fsdp_all_gather(s->world, &flag, flags, 1, FSDP_F32);
-    for (int r = 0; r < N; r++) writers[r] = flags[r] != 0.0f;
+    for (int r = 0; st == FSDP_OK && r < N; r++) writers[r] = flags[r] != 0.0f;
     if (st == FSDP_OK && R == 0) st = write_index(s, dir, ts, crcs, writers);
     free(crcs);
     free(flags);

@@ -88,10 +88,10 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
         int R = fsdp_comm_rank(s->world);
         u->shard = fsdp_offload_map(s->cfg.offload_dir, R, "params", u->index, shard_bytes);
         u->shard_grad = u->shard ? fsdp_offload_map(s->cfg.offload_dir, R, "grads", u->index, shard_bytes) : NULL;
-        if (!u->shard || !u->shard_grad) return FSDP_ERR_IO;
-        u->offloaded = 1;
+        u->offloaded = 1;  // fsdp_free_state unmaps (and untracks) these, also when a map failed
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
         fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, +1);
+        if (!u->shard || !u->shard_grad) return FSDP_ERR_IO;
         for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;
         return FSDP_OK;
     }
@@ -119,11 +119,8 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
 
 fsdp_status engine_install_hooks(fsdp_state *s);  // engine.c
 
-fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world) {
-    *out = NULL;
-    fsdp_state *s = calloc(1, sizeof *s);
-    if (!s) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    *out = s;
+// Builds s (zeroed) into a wrapped model; on failure s holds what was built so far, for fsdp_free_state.
+static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world) {
     s->cfg = cfg;
     s->model = model;
     s->world = world;
@@ -134,7 +131,11 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
     s->units = calloc((size_t)nb + 1, sizeof(fsdp_unit));
     nn_param **scratch = malloc(sizeof(nn_param *) * (size_t)(np ? np : 1));
     int *owner = malloc(sizeof(int) * (size_t)(np ? np : 1));
-    if (!s->block_unit || !s->units || !scratch || !owner) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    if (!s->block_unit || !s->units || !scratch || !owner) {
+        free(scratch);
+        free(owner);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    }
     for (int i = 0; i < np; i++) owner[i] = block_of(&model, &model.params->items[i]);
     fsdp_status st = FSDP_OK;
     for (int b = 0; b < nb && st == FSDP_OK; b++) {
@@ -214,6 +215,19 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
         }
     }
     return engine_install_hooks(s);
+}
+
+fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world) {
+    *out = NULL;
+    fsdp_state *s = calloc(1, sizeof *s);
+    if (!s) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    fsdp_status st = build_state(s, model, cfg, world);
+    if (st != FSDP_OK) {
+        fsdp_free_state(s);
+        return st;
+    }
+    *out = s;
+    return FSDP_OK;
 }
 
 void fsdp_free_state(fsdp_state *s) {

@@ -69,6 +69,11 @@ def parse_args():
     return p.parse_args()
 
 
+# The exit status of a process stopped by AddressSanitizer, LeakSanitizer or UBSan in the sanitized
+# build (exitcode=66 in tests/sanitizers/run-sanitized.sh).
+SANITIZER_EXIT = 66
+
+
 MPI_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
            "OMPI_MCA_rmaps_base_oversubscribe": "1", "OMP_NUM_THREADS": "1"}
 
@@ -86,6 +91,9 @@ def proc(cmd, expect_ok=True, env=None, timeout=600):
         r = subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=timeout)
     except subprocess.TimeoutExpired as e:
         print(f"FAIL: command timed out after {timeout} s: {' '.join(cmd)}\n{e.stdout}\n{e.stderr}", file=sys.stderr)
+        sys.exit(1)
+    if r.returncode == SANITIZER_EXIT:  # never an expected failure: see tests/sanitizers/run-sanitized.sh
+        print(f"FAIL: sanitizer report (exit status 66): {' '.join(cmd)}\n{r.stdout}\n{r.stderr}", file=sys.stderr)
         sys.exit(1)
     if expect_ok and r.returncode != 0:
         print(f"FAIL: command exited with {r.returncode}: {' '.join(cmd)}\n{r.stdout}\n{r.stderr}", file=sys.stderr)

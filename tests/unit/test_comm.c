@@ -115,6 +115,11 @@ int main(int argc, char **argv) {
     }
     int R = fsdp_comm_rank(world), N = fsdp_comm_size(world);
     check_group(world, "world");
+    if (N > 1) {  // an MPI error comes back as a status naming the call (no abort inside MPI): root N is invalid
+        float x = 0.0f;
+        CHECK(fsdp_broadcast(world, &x, 1, FSDP_F32, N) == FSDP_ERR_COMM);
+        CHECK(strstr(fsdp_last_error(), "MPI_Bcast failed") != NULL);
+    }
     fsdp_comm *half = NULL, *node = NULL;
     CHECK(fsdp_comm_split(world, R % 2, R, &half) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(half), (N + 1 - R % 2) / 2);
