@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "comm/comm.h"
@@ -28,7 +30,14 @@ typedef struct {
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
     int norm_first, activation, batch_first, causal;
     cli_fsdp_options fsdp;  // the flags shared with fsdp-train
+    cli_model_config config;  // what the files written record (model_config.h)
 } minimal_options;
+
+// The configuration the files record: nn.TransformerEncoderLayer's arguments (PyTorch names) and the
+// layer count, with the flags setting them.
+static const cli_config_field encoder_fields[] = {
+    {"num_layers", "--layers"}, {"d_model", "--d-model"}, {"nhead", "--heads"}, {"dim_feedforward", "--ffn"},
+    {"activation", "--activation"}, {"norm_first", "--norm-first"}, {"batch_first", "--batch-first"}};
 
 static int rank0;  // this process prints the log and the errors
 
@@ -91,6 +100,20 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const
     return s;
 }
 
+// The shape recorded by --init's file and by the checkpoint --resume names, when they record one.
+static int config_from_files(minimal_options *o) {
+    if (o->init_path && cli_config_from_file(&o->config, o->init_path)) return -1;
+    char dir[4096], path[4200];
+    int found = 0;
+    if (cli_ckpt_resume_dir(&o->fsdp.ckpt, dir, sizeof dir, &found) != FSDP_OK) {
+        fail(fsdp_last_error());
+        return -1;
+    }
+    if (!found) return 0;
+    cli_ckpt_config_file(dir, path, sizeof path);
+    return access(path, F_OK) == 0 ? cli_config_from_file(&o->config, path) : 0;  // (missing: the load reports it)
+}
+
 static int run(minimal_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     const cli_output_path outputs[] = {
@@ -127,6 +150,7 @@ static int run(minimal_options *o, fsdp_comm *world) {
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     fsdp_state *fs = NULL;
     if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) return 1;
+    if (cli_config_to_state(&o->config, fs)) return 1;
     const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
@@ -254,6 +278,9 @@ int main(int argc, char **argv) {
                            "Trains FSDP(nn.Sequential(TransformerEncoderLayer x L)) on loss mean(|model(x)|) with AdamW.",
                            args, nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    o.config = (cli_model_config){"fsdp-minimal", "transformer_encoder", encoder_fields,
+                                  (int)(sizeof encoder_fields / sizeof *encoder_fields), args, nargs, argc, argv};
+    if (config_from_files(&o)) return 2;
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;

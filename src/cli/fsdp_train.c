@@ -15,6 +15,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
@@ -39,7 +40,14 @@ typedef struct {
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
     const char *jsonl_path, *plot_path, *trace_path;
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
+    cli_model_config config;            // what the files written record (model_config.h)
 } train_options;
+
+// The GPT-2 configuration the files record (Hugging Face GPT2Config names), and the flags setting it.
+static const cli_config_field gpt2_fields[] = {
+    {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},
+    {"n_positions", "--max-seq"}};
+
 
 // The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
 // different collective sequences) aborts this rank with a message naming it; the launcher then ends
@@ -113,6 +121,20 @@ static fsdp_status dims_from_file(train_options *o) {
     }
     st_close(f);
     return s;
+}
+
+// The shape recorded by --init's file and by the checkpoint --resume names, when they record one.
+static int config_from_files(train_options *o) {
+    if (o->init_path && cli_config_from_file(&o->config, o->init_path)) return -1;
+    char dir[4096], path[4200];
+    int found = 0;
+    if (cli_ckpt_resume_dir(&o->fsdp.ckpt, dir, sizeof dir, &found) != FSDP_OK) {
+        fail(fsdp_last_error());
+        return -1;
+    }
+    if (!found) return 0;
+    cli_ckpt_config_file(dir, path, sizeof path);
+    return access(path, F_OK) == 0 ? cli_config_from_file(&o->config, path) : 0;  // (missing: the load reports it)
 }
 
 // Mean loss over --eval-batches fixed validation micro-batches (no dropout), averaged over ranks. It
@@ -221,6 +243,7 @@ static int run(train_options *o, fsdp_comm *world) {
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     fsdp_state *fs = NULL;
     if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) return 1;
+    if (cli_config_to_state(&o->config, fs)) return 1;
     const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     int B = o->batch, T = o->seq, M = o->grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
@@ -430,6 +453,9 @@ int main(int argc, char **argv) {
     int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,
                            nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
+                                  args, nargs, argc, argv};
+    if (config_from_files(&o)) return 2;
     if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
