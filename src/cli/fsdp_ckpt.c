@@ -1,10 +1,13 @@
 // fsdp_ckpt.c: inspect and transform checkpoints without a model or MPI.
-//   fsdp-ckpt info DIR|FILE.safetensors      layout, names, shapes, dtypes, world size, step
+//   fsdp-ckpt info DIR|FILE.safetensors      layout, names, shapes, dtypes, world size, step, the model
+//                                            configuration and settings the run recorded
 //   fsdp-ckpt verify DIR                     completion marker and every shard's CRC-32
 //   fsdp-ckpt consolidate DIR OUT.safetensors    sharded -> one full state dict (PyTorch names),
 //                                            streaming: memory about one tensor
 //   fsdp-ckpt reshard DIR OUT_DIR --world-size M  rewrite for M ranks (each tensor split evenly)
-//   fsdp-ckpt convert DIR OUT_DIR --dtype bf16    rewrite with bf16 tensors (loads back as fp32)
+//   fsdp-ckpt convert DIR OUT_DIR --dtype bf16    rewrite with bf16 tensors (loads back as fp32; an export:
+//                                            --resume refuses it without --allow-lowp-resume)
+// Transformed files keep the configuration and settings metadata (cli/model_config.h).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -431,7 +434,7 @@ static int usage(void) {
 int main(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: %s COMMAND ...\n"
-               "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step\n"
+               "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step, config, settings\n"
                "  verify DIR                        completion marker and every shard's CRC-32\n"
                "  consolidate DIR OUT.safetensors   one full state dict with PyTorch names (streaming)\n"
                "  reshard DIR OUT_DIR --world-size M   rewrite the checkpoint for M ranks\n"

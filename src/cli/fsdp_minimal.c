@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "ckpt/safetensors.h"
 #include "cli/cli_args.h"
@@ -98,20 +97,6 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const
     free(all);
     free(glob);
     return s;
-}
-
-// The shape recorded by --init's file and by the checkpoint --resume names, when they record one.
-static int config_from_files(minimal_options *o) {
-    if (o->init_path && cli_config_from_file(&o->config, o->init_path)) return -1;
-    char dir[4096], path[4200];
-    int found = 0;
-    if (cli_ckpt_resume_dir(&o->fsdp.ckpt, dir, sizeof dir, &found) != FSDP_OK) {
-        fail(fsdp_last_error());
-        return -1;
-    }
-    if (!found) return 0;
-    cli_ckpt_config_file(dir, path, sizeof path);
-    return access(path, F_OK) == 0 ? cli_config_from_file(&o->config, path) : 0;  // (missing: the load reports it)
 }
 
 static int run(minimal_options *o, fsdp_comm *world) {
@@ -280,7 +265,7 @@ int main(int argc, char **argv) {
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-minimal", "transformer_encoder", encoder_fields,
                                   (int)(sizeof encoder_fields / sizeof *encoder_fields), args, nargs, argc, argv};
-    if (config_from_files(&o)) return 2;
+    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;

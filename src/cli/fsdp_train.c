@@ -123,20 +123,6 @@ static fsdp_status dims_from_file(train_options *o) {
     return s;
 }
 
-// The shape recorded by --init's file and by the checkpoint --resume names, when they record one.
-static int config_from_files(train_options *o) {
-    if (o->init_path && cli_config_from_file(&o->config, o->init_path)) return -1;
-    char dir[4096], path[4200];
-    int found = 0;
-    if (cli_ckpt_resume_dir(&o->fsdp.ckpt, dir, sizeof dir, &found) != FSDP_OK) {
-        fail(fsdp_last_error());
-        return -1;
-    }
-    if (!found) return 0;
-    cli_ckpt_config_file(dir, path, sizeof path);
-    return access(path, F_OK) == 0 ? cli_config_from_file(&o->config, path) : 0;  // (missing: the load reports it)
-}
-
 // Mean loss over --eval-batches fixed validation micro-batches (no dropout), averaged over ranks. It
 // reads into its own buffers: the training batch (a fixed --input one included) is left as it is.
 static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, const train_options *o,
@@ -455,7 +441,7 @@ int main(int argc, char **argv) {
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
                                   args, nargs, argc, argv};
-    if (config_from_files(&o)) return 2;
+    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
     if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "ckpt/safetensors.h"
 
@@ -48,6 +49,16 @@ int cli_config_from_file(const cli_model_config *c, const char *path) {
     int rc = st_metadata(f, "model_type") ? check_and_take(c, f, path) : 0;
     st_close(f);
     return rc;
+}
+
+int cli_config_from_inputs(const cli_model_config *c, const char *init_path, const cli_ckpt_options *ckpt) {
+    if (init_path && cli_config_from_file(c, init_path)) return -1;
+    char dir[4096], path[4200];
+    int found = 0;
+    // (a --resume that names nothing loadable is reported where the checkpoint is loaded, as before)
+    if (cli_ckpt_resume_dir(ckpt, dir, sizeof dir, &found) != FSDP_OK || !found) return 0;
+    cli_ckpt_config_file(dir, path, sizeof path);
+    return access(path, F_OK) == 0 ? cli_config_from_file(c, path) : 0;  // (missing: the load reports it)
 }
 
 int cli_config_to_state(const cli_model_config *c, fsdp_state *fs) {

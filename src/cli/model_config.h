@@ -5,6 +5,7 @@
 // Loading a file that records a configuration takes the model's shape from it.
 #pragma once
 #include "cli/cli_args.h"
+#include "cli/train_ckpt.h"
 #include "fsdp/fsdp.h"
 
 // One configuration value: its metadata key and the flag (in the tool's table) that sets it.
@@ -30,6 +31,10 @@ typedef struct {
 // parse, is an error too. A file without "model_type" (Hugging Face's own, older checkpoints) changes
 // nothing. Returns 0 otherwise.
 int cli_config_from_file(const cli_model_config *c, const char *path);
+
+// The configuration recorded by the --init file (init_path, may be NULL) and by the checkpoint --resume
+// names, taken as cli_config_from_file does. Returns 0, or -1 after printing an error.
+int cli_config_from_inputs(const cli_model_config *c, const char *init_path, const cli_ckpt_options *ckpt);
 
 // Hands the configuration and every flag's value to fs, for every file it writes. Returns 0, or -1
 // after printing an error.
