@@ -163,7 +163,8 @@ int cli_value_set(const cli_arg *a, const char *text) {
         char *end = NULL;
         errno = 0;
         long l = strtol(text, &end, 10);
-        if (!*text || *end || errno || l < INT_MIN || l > INT_MAX) return -1;
+        int ranged = a->min <= a->max;
+        if (!*text || *end || errno || l < INT_MIN || l > INT_MAX || (ranged && (l < a->min || l > a->max))) return -1;
         v = (int)l;
     } else if (a->type == ARG_BOOL) {
         if (strcmp(text, "true") && strcmp(text, "false")) return -1;

@@ -117,7 +117,8 @@ void fsdp_optimizer_step(fsdp_state *s, float lr);
 // and its AdamW moments' pieces that rank held, as 1-D tensors "<name>", "exp_avg.<name>",
 // "exp_avg_sq.<name>"), and index.safetensors (for each parameter its shape "shape.<name>" and pieces
 // "pieces.<name>" = rows of (rank, first element, count); metadata: world size, strategy, trainer state,
-// each shard file's CRC-32), then the marker DONE, written last by rank 0 after every rank finished.
+// each shard file's CRC-32, the fsdp_set_file_metadata pairs), then the marker DONE, written last by
+// rank 0 after every rank finished.
 // Loading works on any world size and strategy: each rank reads only the ranges it now holds.
 typedef struct {
     int64_t step;          // optimizer steps completed

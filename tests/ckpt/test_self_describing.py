@@ -9,14 +9,15 @@ the file's; fsdp-ckpt info prints the configuration and settings; consolidate, r
 carry them over (a resharded checkpoint resumes without shape flags); a bf16-converted checkpoint is
 refused for training unless --allow-lowp-resume, and then resumes within bf16 rounding.
 fsdp-minimal (TransformerEncoderLayer stack, non-default nhead, ffn, activation, norm_first,
-batch_first) likewise: resume and --init without shape flags, contradiction error, wrong model_type."""
+batch_first) likewise: resume and --init without shape flags, contradiction error, wrong model_type, a
+recorded value outside the flag's range."""
 import os
 import re
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
-from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, st_read, tmpdir  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, st_load, st_read, st_save, tmpdir  # noqa: E402
 
 ENV = {"OMP_NUM_THREADS": "1"}
 GPT = ["--layers", "2", "--d-model", "32", "--heads", "8", "--vocab", "300", "--max-seq", "24"]
@@ -142,6 +143,11 @@ def main():
     refused(chk, "fsdp-minimal: --init of a GPT-2 file: error naming the model type",
             proc([minimal] + ENC_RUN + ["--steps", "1", "--init", m], expect_ok=False, env=ENV),
             r"model_type gpt2")
+    bad = dict(meta(e), nhead="0")
+    st_save(f"{tmp}/e_bad.safetensors", st_load(e), bad)
+    refused(chk, "fsdp-minimal: a recorded value outside the flag's range (nhead 0): error naming it",
+            proc([minimal] + ENC_RUN + ["--steps", "1", "--init", f"{tmp}/e_bad.safetensors"], expect_ok=False, env=ENV),
+            r"nhead '0'.*--heads")
     chk.report()
 
 
