@@ -543,6 +543,13 @@ const char *st_metadata(const st_file *f, const char *key) {
     return NULL;
 }
 
+int st_metadata_count(const st_file *f) { return f->nmeta; }
+
+const char *st_metadata_at(const st_file *f, int i, const char **value) {
+    if (value) *value = f->meta[2 * i + 1];
+    return f->meta[2 * i];
+}
+
 // Finds `name`, checks that its shape is exactly shape[ndim] and its dtype one of ok[0..nok).
 static fsdp_status lookup(const st_file *f, const char *name, int ndim, const int64_t *shape,
                           const st_dtype *ok, int nok, const char *ok_names, const st_entry **out) {

@@ -42,6 +42,9 @@ int st_count(const st_file *f);
 const st_entry *st_entry_at(const st_file *f, int i);
 const st_entry *st_find(const st_file *f, const char *name);  // NULL if absent
 const char *st_metadata(const st_file *f, const char *key);   // NULL if absent
+int st_metadata_count(const st_file *f);
+// The i-th metadata pair in file order (0 <= i < st_metadata_count); *value may be NULL when not wanted.
+const char *st_metadata_at(const st_file *f, int i, const char **value);
 
 // Reads tensor `name` as f32 into dst (F32, BF16, F16 or F64 on disk). The tensor must exist and have
 // exactly shape[ndim]; otherwise FSDP_ERR_MISSING / FSDP_ERR_SHAPE / FSDP_ERR_DTYPE with a message.

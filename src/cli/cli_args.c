@@ -117,3 +117,63 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
     }
     return 0;
 }
+
+int cli_given(const cli_arg *args, int nargs, int argc, char **argv, const char *name) {
+    for (int i = 1; i < argc; i++) {
+        const cli_arg *a = NULL;
+        for (int k = 0; k < nargs; k++)
+            if (strcmp(args[k].name, argv[i]) == 0) a = &args[k];
+        if (!a) continue;
+        if (strcmp(a->name, name) == 0) return 1;
+        if (a->type != ARG_BOOL) i++;  // skip its value
+    }
+    return 0;
+}
+
+int cli_value_text(const cli_arg *a, char *buf, size_t cap) {
+    switch (a->type) {
+    case ARG_INT: snprintf(buf, cap, "%d", *(int *)a->target); return 1;
+    case ARG_FLOAT: {  // the shortest text that reads back as the same float
+        float v = *(float *)a->target;
+        for (int digits = 6; digits <= 9; digits++) {
+            snprintf(buf, cap, "%.*g", digits, (double)v);
+            if (strtof(buf, NULL) == v) break;
+        }
+        return 1;
+    }
+    case ARG_BOOL: snprintf(buf, cap, "%s", *(int *)a->target ? "true" : "false"); return 1;
+    case ARG_STRING:
+        if (!*(const char **)a->target) return 0;
+        snprintf(buf, cap, "%s", *(const char **)a->target);
+        return 1;
+    case ARG_CHOICE: {
+        const char *c = a->choices;
+        for (int k = 0; k < *(int *)a->target && c; k++) c = strchr(c, '|') ? strchr(c, '|') + 1 : NULL;
+        if (!c) return 0;
+        snprintf(buf, cap, "%.*s", (int)strcspn(c, "|"), c);
+        return 1;
+    }
+    }
+    return 0;
+}
+
+int cli_value_set(const cli_arg *a, const char *text) {
+    int v = 0;
+    if (a->type == ARG_INT) {
+        char *end = NULL;
+        errno = 0;
+        long l = strtol(text, &end, 10);
+        int ranged = a->min <= a->max;
+        if (!*text || *end || errno || l < INT_MIN || l > INT_MAX || (ranged && (l < a->min || l > a->max))) return -1;
+        v = (int)l;
+    } else if (a->type == ARG_BOOL) {
+        if (strcmp(text, "true") && strcmp(text, "false")) return -1;
+        v = strcmp(text, "true") == 0;
+    } else if (a->type == ARG_CHOICE) {
+        if ((v = choice_index(a->choices, text)) < 0) return -1;
+    } else {
+        return -1;
+    }
+    *(int *)a->target = v;
+    return 0;
+}

@@ -2,6 +2,7 @@
 // a default (whatever the target holds before parsing) and a help line; `--help` prints them all.
 // Invalid values give one line naming the flag and what was expected.
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_BOOL, ARG_CHOICE } cli_arg_type;
@@ -17,3 +18,12 @@ typedef struct {
 
 // Parses argv; returns 0 on success, 1 after printing --help, -1 after printing an error line.
 int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, int argc, char **argv);
+
+// Whether flag `name` was given on the command line (a default is not), walking argv as cli_parse does.
+int cli_given(const cli_arg *args, int nargs, int argc, char **argv, const char *name);
+// a's current value as text: the number, the choice's name, true/false, the string; 0 when it has none
+// (an unset string), 1 when written.
+int cli_value_text(const cli_arg *a, char *buf, size_t cap);
+// Sets an int, bool or choice flag's target from such text; -1 (target untouched) when it does not parse
+// or is outside the flag's range.
+int cli_value_set(const cli_arg *a, const char *text);

@@ -1,10 +1,13 @@
 // fsdp_ckpt.c: inspect and transform checkpoints without a model or MPI.
-//   fsdp-ckpt info DIR|FILE.safetensors      layout, names, shapes, dtypes, world size, step
+//   fsdp-ckpt info DIR|FILE.safetensors      layout, names, shapes, dtypes, world size, step, the model
+//                                            configuration and settings the run recorded
 //   fsdp-ckpt verify DIR                     completion marker and every shard's CRC-32
 //   fsdp-ckpt consolidate DIR OUT.safetensors    sharded -> one full state dict (PyTorch names),
 //                                            streaming: memory about one tensor
 //   fsdp-ckpt reshard DIR OUT_DIR --world-size M  rewrite for M ranks (each tensor split evenly)
-//   fsdp-ckpt convert DIR OUT_DIR --dtype bf16    rewrite with bf16 tensors (loads back as fp32)
+//   fsdp-ckpt convert DIR OUT_DIR --dtype bf16    rewrite with bf16 tensors (loads back as fp32; an export:
+//                                            --resume refuses it without --allow-lowp-resume)
+// Transformed files keep the configuration and settings metadata (cli/model_config.h).
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -119,6 +122,38 @@ static fsdp_status read_tensor(ckpt *c, const char *prefix, const char *name, fl
     return FSDP_OK;
 }
 
+// The checkpoint's own keys (layout, trainer state, checksums), which a transformed file rewrites; every
+// other key (the model configuration, "setting.*") carries over unchanged.
+static int layout_key(const char *key) {
+    static const char *const own[] = {"format", "world_size", "strategy", "step", "seed", "global_batch", "adam_step",
+                                      "dtype"};
+    for (size_t i = 0; i < sizeof own / sizeof *own; i++)
+        if (strcmp(key, own[i]) == 0) return 1;
+    return strncmp(key, "crc32.", 6) == 0;
+}
+
+static fsdp_status copy_model_metadata(const st_file *from, st_writer *w) {
+    for (int i = 0; i < st_metadata_count(from); i++) {
+        const char *value = NULL, *key = st_metadata_at(from, i, &value);
+        if (!layout_key(key)) FSDP_CHECK(st_writer_add_metadata(w, key, value));
+    }
+    return FSDP_OK;
+}
+
+// The model configuration and the settings the file records (model_config.h), one per line.
+static void print_model_metadata(const st_file *f) {
+    for (int pass = 0; pass < 2; pass++) {
+        int shown = 0;
+        for (int i = 0; i < st_metadata_count(f); i++) {
+            const char *value = NULL, *key = st_metadata_at(f, i, &value);
+            int setting = strncmp(key, "setting.", 8) == 0;
+            if (layout_key(key) || setting != pass) continue;
+            if (!shown++) printf("  %s\n", pass ? "settings:" : "config:");
+            printf("    %-28s %s\n", setting ? key + 8 : key, value);
+        }
+    }
+}
+
 static int is_full(const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -131,6 +166,7 @@ static int cmd_info(const char *path) {
         st_file *f = NULL;
         if (st_open(path, &f) != FSDP_OK) return fail();
         printf("%s: safetensors, %d tensors\n", path, st_count(f));
+        print_model_metadata(f);
         for (int i = 0; i < st_count(f); i++) {
             const st_entry *e = st_entry_at(f, i);
             char shape[96];
@@ -150,7 +186,7 @@ static int cmd_info(const char *path) {
         for (size_t k = 0; k < sizeof mkeys / sizeof mkeys[0]; k++)
             printf("  %-13s %s\n", mkeys[k], st_metadata(o, mkeys[k]) ? st_metadata(o, mkeys[k]) : "?");
         st_close(o);
-        return cmd_info(model);
+        return cmd_info(model);  // (model.safetensors records the configuration too)
     }
     ckpt c;
     if (ckpt_open(path, &c) != FSDP_OK) return fail();
@@ -158,6 +194,8 @@ static int cmd_info(const char *path) {
     printf("%s: sharded checkpoint\n", path);
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
         printf("  %-13s %s\n", keys[k], st_metadata(c.index, keys[k]) ? st_metadata(c.index, keys[k]) : "?");
+    if (st_metadata(c.index, "dtype")) printf("  %-13s %s\n", "dtype", st_metadata(c.index, "dtype"));
+    print_model_metadata(c.index);
     const char *names[4096];
     int n = param_names(&c, names, 4096);
     printf("  %d tensors:\n", n);
@@ -218,7 +256,7 @@ static int cmd_consolidate(const char *dir, const char *out) {
     const char *names[4096];
     int n = param_names(&c, names, 4096);
     st_writer *w = st_writer_new_stream(out);
-    fsdp_status st = w ? FSDP_OK : FSDP_ERR_NOMEM;
+    fsdp_status st = w ? copy_model_metadata(c.index, w) : FSDP_ERR_NOMEM;
     for (int i = 0; i < n && st == FSDP_OK; i++) {  // header: every tensor's name and shape
         char key[512];
         snprintf(key, sizeof key, "shape.%s", names[i]);
@@ -337,6 +375,8 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
     char val[64];
     snprintf(val, sizeof val, "%d", world);
     if (st == FSDP_OK) st = st_writer_add_metadata(iw, "world_size", val);
+    if (st == FSDP_OK) st = st_writer_add_metadata(iw, "dtype", dtype == ST_F32 ? "f32" : "bf16");
+    if (st == FSDP_OK) st = copy_model_metadata(c.index, iw);
     for (int q = 0; q < world && st == FSDP_OK; q++) {
         char key[64], shard[4200];
         uint32_t crc = 0;
@@ -395,7 +435,7 @@ static int usage(void) {
 int main(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: %s COMMAND ...\n"
-               "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step\n"
+               "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step, config, settings\n"
                "  verify DIR                        completion marker and every shard's CRC-32\n"
                "  consolidate DIR OUT.safetensors   one full state dict with PyTorch names (streaming)\n"
                "  reshard DIR OUT_DIR --world-size M   rewrite the checkpoint for M ranks\n"

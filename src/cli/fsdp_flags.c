@@ -32,6 +32,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--ckpt-type", ARG_CHOICE, &o->ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0)", 1, 0, "sharded|full"},
         {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
+        {"--allow-lowp-resume", ARG_BOOL, &o->ckpt.allow_lowp, "--resume: accept a checkpoint stored in bf16 (fsdp-ckpt convert --dtype bf16), training on from its rounded weights and moments", 1, 0, NULL},
     };
     for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
     return n + CLI_FSDP_NFLAGS;

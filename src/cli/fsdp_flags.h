@@ -21,7 +21,7 @@ typedef struct {
     cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume
 } cli_fsdp_options;
 
-#define CLI_FSDP_NFLAGS 18
+#define CLI_FSDP_NFLAGS 19
 
 void cli_fsdp_defaults(cli_fsdp_options *o);
 // Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.

@@ -12,6 +12,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "comm/comm.h"
@@ -28,7 +29,14 @@ typedef struct {
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
     int norm_first, activation, batch_first, causal;
     cli_fsdp_options fsdp;  // the flags shared with fsdp-train
+    cli_model_config config;  // what the files written record (model_config.h)
 } minimal_options;
+
+// The configuration the files record: nn.TransformerEncoderLayer's arguments (PyTorch names) and the
+// layer count, with the flags setting them.
+static const cli_config_field encoder_fields[] = {
+    {"num_layers", "--layers"}, {"d_model", "--d-model"}, {"nhead", "--heads"}, {"dim_feedforward", "--ffn"},
+    {"activation", "--activation"}, {"norm_first", "--norm-first"}, {"batch_first", "--batch-first"}};
 
 static int rank0;  // this process prints the log and the errors
 
@@ -133,6 +141,10 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) {
+        rc = 1;
+        goto done;
+    }
+    if (cli_config_to_state(&o->config, fs)) {
         rc = 1;
         goto done;
     }
@@ -273,6 +285,9 @@ int main(int argc, char **argv) {
                            "Trains FSDP(nn.Sequential(TransformerEncoderLayer x L)) on loss mean(|model(x)|) with AdamW.",
                            args, nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    o.config = (cli_model_config){"fsdp-minimal", "transformer_encoder", encoder_fields,
+                                  (int)(sizeof encoder_fields / sizeof *encoder_fields), args, nargs, argc, argv};
+    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;

@@ -15,6 +15,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
@@ -39,7 +40,14 @@ typedef struct {
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
     const char *jsonl_path, *plot_path, *trace_path;
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
+    cli_model_config config;            // what the files written record (model_config.h)
 } train_options;
+
+// The GPT-2 configuration the files record (Hugging Face GPT2Config names), and the flags setting it.
+static const cli_config_field gpt2_fields[] = {
+    {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},
+    {"n_positions", "--max-seq"}};
+
 
 // The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
 // different collective sequences) aborts this rank with a message naming it; the launcher then ends
@@ -228,6 +236,10 @@ static int run(train_options *o, fsdp_comm *world) {
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) goto failed;
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) {
+        rc = 1;
+        goto done;
+    }
+    if (cli_config_to_state(&o->config, fs)) {
         rc = 1;
         goto done;
     }
@@ -451,6 +463,9 @@ int main(int argc, char **argv) {
     int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,
                            nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
+                                  args, nargs, argc, argv};
+    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
     if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);

@@ -6,8 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt/ckpt_dir.h"
+#include "ckpt/safetensors.h"
 #include "core/alloc.h"
 #include "core/timer.h"
 
@@ -31,22 +33,55 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
     return FSDP_OK;
 }
 
+fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap, int *found) {
+    *found = 0;
+    if (!o->resume) return FSDP_OK;
+    *found = 1;
+    if (strcmp(o->resume, "auto") != 0) {
+        snprintf(dir, cap, "%s", o->resume);
+        return FSDP_OK;
+    }
+    if (!o->dir) return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume auto needs --ckpt-dir");
+    return fsdp_ckpt_latest(o->dir, dir, cap, found);
+}
+
+void cli_ckpt_config_file(const char *dir, char *path, size_t cap) {
+    snprintf(path, cap, "%s/model.safetensors", dir);
+    int full = access(path, F_OK) == 0;
+    snprintf(path, cap, full ? "%s/optimizer.safetensors" : "%s/index.safetensors", dir);
+}
+
+// The first tensor dtype other than F32 in the checkpoint's parameter files (shard 0 of a sharded one,
+// which rank 0 always writes; model.safetensors of a full one), or NULL when all are F32.
+static const char *low_precision_dtype(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (access(path, F_OK) != 0) snprintf(path, sizeof path, "%s/shard_00000.safetensors", dir);
+    st_file *f = NULL;
+    if (st_open(path, &f) != FSDP_OK) return NULL;  // the load reports what is wrong with the file
+    const char *found = NULL;
+    for (int i = 0; i < st_count(f) && !found; i++)
+        if (st_entry_at(f, i)->dtype != ST_F32) found = st_dtype_name(st_entry_at(f, i)->dtype);
+    st_close(f);
+    return found;
+}
+
 fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t global_batch, int rank,
                             int *start_step) {
     *start_step = 0;
-    if (!o->resume) return FSDP_OK;
     char dir[4096];
-    int found = 1;
-    if (strcmp(o->resume, "auto") == 0) {
-        if (!o->dir) return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume auto needs --ckpt-dir");
-        FSDP_CHECK(fsdp_ckpt_latest(o->dir, dir, sizeof dir, &found));
-    } else {
-        snprintf(dir, sizeof dir, "%s", o->resume);
-    }
+    int found = 0;
+    FSDP_CHECK(cli_ckpt_resume_dir(o, dir, sizeof dir, &found));
+    if (!o->resume) return FSDP_OK;
     if (!found) {
         if (rank == 0) printf("no complete checkpoint under %s: starting fresh\n", o->dir);
         return FSDP_OK;
     }
+    const char *lowp = low_precision_dtype(dir);
+    if (lowp && !o->allow_lowp)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume %s: the checkpoint stores its weights and AdamW moments in %s "
+                          "(an export, e.g. fsdp-ckpt convert --dtype bf16): training on from rounded master weights "
+                          "and moments needs --allow-lowp-resume", dir, lowp);
     fsdp_trainer_state ts;
     double t0 = fsdp_now_sec();
     size_t before = fsdp_mem_current_total();

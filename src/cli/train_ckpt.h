@@ -1,6 +1,7 @@
 // train_ckpt.h: the checkpoint flags shared by fsdp-train and fsdp-minimal (--ckpt-dir, --save-every,
 // --ckpt-type, --keep-last, --resume).
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #include "comm/comm.h"
@@ -12,13 +13,23 @@ typedef struct {
     int type;            // --ckpt-type: 0 sharded, 1 full
     int keep_last;       // --keep-last K (0: keep all)
     const char *resume;  // --resume DIR|auto
+    int allow_lowp;      // --allow-lowp-resume: train on from a checkpoint stored in bf16
 } cli_ckpt_options;
+
+// The checkpoint --resume names: DIR, or for auto the newest complete one under --ckpt-dir (*found = 0
+// when there is none, or no --resume). Returns an error for auto without --ckpt-dir.
+fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap, int *found);
+// The file of checkpoint dir whose metadata records the model configuration: index.safetensors of a
+// sharded checkpoint, optimizer.safetensors of a full one.
+void cli_ckpt_config_file(const char *dir, char *path, size_t cap);
 
 // Saves DIR/step_<steps_done> and rotates; rank 0 prints where. Collective.
 fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t steps_done, int64_t seed,
                           int64_t global_batch, int rank);
 // Loads what --resume names (auto: the newest complete checkpoint under --ckpt-dir, or nothing);
-// *start_step = steps already done (0 for a fresh start). Collective.
+// *start_step = steps already done (0 for a fresh start). A checkpoint whose tensors are stored in a
+// lower precision than fp32 (fsdp-ckpt convert --dtype bf16: an export format) is refused unless
+// --allow-lowp-resume. Collective.
 fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t global_batch, int rank,
                             int *start_step);
 

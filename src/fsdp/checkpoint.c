@@ -85,6 +85,7 @@ static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_traine
         snprintf(val, sizeof val, "%lld", (long long)meta[m].v);
         st = st_writer_add_metadata(w, meta[m].k, val);
     }
+    if (st == FSDP_OK) st = fsdp_add_file_metadata(s, w);
     for (int r = 0; r < N && st == FSDP_OK; r++) {
         if (!writers[r]) continue;
         snprintf(key, sizeof key, "crc32.shard_%05d.safetensors", r);
@@ -231,6 +232,7 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
             snprintf(val, sizeof val, "%lld", (long long)meta[m].v);
             st = st_writer_add_metadata(w, meta[m].k, val);
         }
+        if (st == FSDP_OK) st = fsdp_add_file_metadata(s, w);
         for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++)
             for (int k = 0; k < 2 && st == FSDP_OK; k++)
                 for (int i = 0; i < s->units[ui].n_params && st == FSDP_OK; i++) {

@@ -92,6 +92,10 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
                              size_t report_cap);
 // Gathers the full parameters (or gradients) and writes them from rank 0 as safetensors.
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads);
+// Metadata (string key -> value, copied) that every file the state writes from now on carries next to
+// its own keys: fsdp_save_full's state dict, a sharded checkpoint's index, a full checkpoint's two
+// files. The tools record the model's configuration and their settings this way. keys, values: (n,)
+fsdp_status fsdp_set_file_metadata(fsdp_state *s, int n, const char *const *keys, const char *const *values);
 
 // One training micro-step: call begin before the model's forward, end_backward after its backward.
 // sync = 0 is no_sync: gradients accumulate unsharded and are reduced at the next synced micro-step.
@@ -113,7 +117,8 @@ void fsdp_optimizer_step(fsdp_state *s, float lr);
 // and its AdamW moments' pieces that rank held, as 1-D tensors "<name>", "exp_avg.<name>",
 // "exp_avg_sq.<name>"), and index.safetensors (for each parameter its shape "shape.<name>" and pieces
 // "pieces.<name>" = rows of (rank, first element, count); metadata: world size, strategy, trainer state,
-// each shard file's CRC-32), then the marker DONE, written last by rank 0 after every rank finished.
+// each shard file's CRC-32, the fsdp_set_file_metadata pairs), then the marker DONE, written last by
+// rank 0 after every rank finished.
 // Loading works on any world size and strategy: each rank reads only the ranges it now holds.
 typedef struct {
     int64_t step;          // optimizer steps completed

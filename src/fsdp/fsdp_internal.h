@@ -1,5 +1,6 @@
 // fsdp_internal.h: the engine's data structures, shared by the files of src/fsdp/.
 #pragma once
+#include "ckpt/safetensors.h"
 #include "fsdp/fsdp.h"
 
 struct fsdp_unit {
@@ -66,6 +67,8 @@ struct fsdp_state {
     float *staging[2];        // (max padded,) shared gradient buffers for zero-copy reduce-scatter, or NULL
     int64_t staging_numel;
     int next_staging;
+    int n_file_meta;
+    char **file_meta;         // (2*n_file_meta,) key, value, ...: metadata every file written carries
 };
 
 // The piece of parameter i of unit u held by the rank whose shard starts at flat element
@@ -103,3 +106,6 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
 // Gathers a per-shard array of the unit (its shard, shard_grad, or an optimizer moment slice; src:
 // (shard_numel,)) into the full flat layout dst (padded,).
 fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst);
+
+// Adds the fsdp_set_file_metadata pairs to a file being written.
+fsdp_status fsdp_add_file_metadata(const fsdp_state *s, st_writer *w);

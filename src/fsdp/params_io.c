@@ -115,6 +115,7 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
                 const nn_param *p = s->units[ui].params[i];
                 st = st_writer_add(w, p->name, ST_F32, p->ndim, p->shape, NULL);
             }
+        if (st == FSDP_OK) st = fsdp_add_file_metadata(s, w);
         if (st == FSDP_OK) st = st_writer_stream_begin(w);
     }
     fsdp_status cs = FSDP_OK;  // collective status: every rank takes part in every gather
@@ -137,6 +138,32 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
     if (st != FSDP_OK) return fsdp_error(st, "%s", msg);
     if (bs != FSDP_OK) return bs;
     return ok != 0.0f ? FSDP_OK : fsdp_error(FSDP_ERR_IO, "%s: rank 0 failed to write the state dict", path);
+}
+
+fsdp_status fsdp_set_file_metadata(fsdp_state *s, int n, const char *const *keys, const char *const *values) {
+    char **kv = calloc((size_t)(2 * n + 1), sizeof(char *));  // (2n,) key, value, ...
+    int ok = kv != NULL;
+    for (int i = 0; ok && i < n; i++) {
+        kv[2 * i] = strdup(keys[i]);
+        kv[2 * i + 1] = strdup(values[i]);
+        ok = kv[2 * i] && kv[2 * i + 1];
+    }
+    if (!ok) {
+        for (int i = 0; kv && i < 2 * n; i++) free(kv[i]);
+        free(kv);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory for the file metadata");
+    }
+    for (int i = 0; i < 2 * s->n_file_meta; i++) free(s->file_meta[i]);
+    free(s->file_meta);
+    s->file_meta = kv;
+    s->n_file_meta = n;
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_add_file_metadata(const fsdp_state *s, st_writer *w) {
+    for (int i = 0; i < s->n_file_meta; i++)
+        FSDP_CHECK(st_writer_add_metadata(w, s->file_meta[2 * i], s->file_meta[2 * i + 1]));
+    return FSDP_OK;
 }
 
 int fsdp_named_param_count(const fsdp_state *s) { return s->model.params->count; }

@@ -279,6 +279,8 @@ void fsdp_free_state(fsdp_state *s) {
     free(s->units);
     free(s->block_unit);
     free(s->order);
+    for (int i = 0; i < 2 * s->n_file_meta; i++) free(s->file_meta[i]);
+    free(s->file_meta);
     free(s);
 }
 

@@ -7,10 +7,11 @@ import json
 import os
 import shutil
 import sys
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
-from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, tmpdir  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, st_load, st_read, st_save, tmpdir  # noqa: E402
 
 MODEL = ["--layers", "2", "--d-model", "48", "--heads", "4", "--seq", "16", "--threads", "1", "--lr", "3e-3"]
 GLOBAL_BATCH = 12
@@ -142,9 +143,22 @@ def main():
               [int(r.returncode != 0 and "model.safetensors" in r.stderr and "checksum" in r.stderr)], [1], 0, 0)
     r = proc([os.path.join(args.bin, "fsdp-ckpt"), "verify", bad_full], expect_ok=False)
     chk.close("fsdp-ckpt verify catches it", [int(r.returncode != 0 and "checksum" in r.stderr)], [1], 0, 0)
-    r = mpirun(2, [binary, "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "16",
-                   "--batch", "6", "--threads", "1", "--steps", "6", "--resume", good], expect_ok=False)
-    chk.close("a checkpoint of another model: error naming a tensor and shapes",
+    other = [binary, "--layers", "2", "--d-model", "64", "--heads", "4", "--seq", "16", "--batch", "6", "--threads",
+             "1", "--steps", "6", "--resume"]
+    r = mpirun(2, other + [good], expect_ok=False)
+    chk.close("a checkpoint of another model: error naming the flag and both widths",
+              [int(r.returncode != 0 and "--d-model 64" in r.stderr and "n_embd 48" in r.stderr)], [1], 0, 0)
+    # an older checkpoint, without the configuration metadata: the load names a tensor and both shapes
+    old = f"{tmp}/old_ckpt"
+    shutil.copytree(good, old)
+    header, _ = st_read(f"{old}/index.safetensors")
+    keep = {k: v for k, v in header["__metadata__"].items() if k in (
+        "format", "world_size", "strategy", "step", "seed", "global_batch", "adam_step") or k.startswith("crc32.")}
+    st_save(f"{old}/index.safetensors", st_load(f"{old}/index.safetensors"), keep)
+    crc = zlib.crc32(open(f"{old}/index.safetensors", "rb").read())
+    open(f"{old}/DONE", "w").write(f"complete\nindex.safetensors {crc:08x}\n")
+    r = mpirun(2, other + [old], expect_ok=False)
+    chk.close("an older checkpoint of another model: error naming a tensor and shapes",
               [int(r.returncode != 0 and "shape" in r.stderr and "h.0." in r.stderr)], [1], 0, 0)
     chk.report()
 

@@ -79,8 +79,9 @@ def main():
     def resume(d, m, tag):
         """Resume from d on m ranks for 2 more steps: (losses, final parameters)."""
         save = f"{tmp}/final_{tag}_{m}.safetensors"
+        lowp = ["--allow-lowp-resume"] if tag == "bf" else []  # (a bf16 export is refused without it)
         r = mpirun(m, [train] + MODEL + ["--batch", str(GLOBAL_BATCH // m), "--steps", "5", "--resume", d,
-                                         "--save", save])
+                                         "--save", save] + lowp)
         losses = parse_losses(r.stdout)
         chk.true(f"{tag} on {m} rank(s): resumed at step 3 (2 steps run)", len(losses) == 2, r.stdout[-1500:])
         return losses, st_load(save)

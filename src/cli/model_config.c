@@ -1,0 +1,91 @@
+// model_config.c: the model configuration and settings metadata of the files the tools write and read.
+#include "cli/model_config.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckpt/safetensors.h"
+
+static const cli_arg *find_flag(const cli_model_config *c, const char *flag) {
+    for (int i = 0; i < c->nargs; i++)
+        if (strcmp(c->args[i].name, flag) == 0) return &c->args[i];
+    return NULL;
+}
+
+static int check_and_take(const cli_model_config *c, const st_file *f, const char *path) {
+    const char *kind = st_metadata(f, "model_type");
+    if (strcmp(kind, c->model_type) != 0) {
+        fprintf(stderr, "%s: %s records model_type %s; this tool builds %s\n", c->prog, path, kind, c->model_type);
+        return -1;
+    }
+    for (int i = 0; i < c->n_fields; i++) {
+        const cli_arg *a = find_flag(c, c->fields[i].flag);
+        const char *recorded = st_metadata(f, c->fields[i].key);
+        if (!a || !recorded) continue;
+        char have[64];
+        cli_value_text(a, have, sizeof have);
+        if (cli_given(c->args, c->nargs, c->argc, c->argv, a->name) && strcmp(have, recorded) != 0) {
+            fprintf(stderr, "%s: %s %s contradicts %s: it records %s %s (leave the flag out to use the file's)\n",
+                    c->prog, a->name, have, path, c->fields[i].key, recorded);
+            return -1;
+        }
+        if (cli_value_set(a, recorded) != 0) {
+            fprintf(stderr, "%s: %s: metadata %s '%s' is not a valid %s value\n", c->prog, path, c->fields[i].key,
+                    recorded, a->name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int cli_config_from_file(const cli_model_config *c, const char *path) {
+    st_file *f = NULL;
+    if (st_open(path, &f) != FSDP_OK) {
+        fprintf(stderr, "%s: %s\n", c->prog, fsdp_last_error());
+        return -1;
+    }
+    int rc = st_metadata(f, "model_type") ? check_and_take(c, f, path) : 0;
+    st_close(f);
+    return rc;
+}
+
+int cli_config_from_inputs(const cli_model_config *c, const char *init_path, const cli_ckpt_options *ckpt) {
+    if (init_path && cli_config_from_file(c, init_path)) return -1;
+    char dir[4096], path[4200];
+    int found = 0;
+    // (a --resume that names nothing loadable is reported where the checkpoint is loaded, as before)
+    if (cli_ckpt_resume_dir(ckpt, dir, sizeof dir, &found) != FSDP_OK || !found) return 0;
+    cli_ckpt_config_file(dir, path, sizeof path);
+    return access(path, F_OK) == 0 ? cli_config_from_file(c, path) : 0;  // (missing: the load reports it)
+}
+
+int cli_config_to_state(const cli_model_config *c, fsdp_state *fs) {
+    int cap = 1 + c->n_fields + c->nargs;
+    const char **keys = calloc((size_t)cap, sizeof(char *));  // (cap,)
+    const char **values = calloc((size_t)cap, sizeof(char *));  // (cap,)
+    char *text = calloc((size_t)cap, 2 * 256);  // (cap, 2, 256) the keys and values built here
+    int n = 0, rc = -1;
+    if (keys && values && text) {
+        keys[n] = "model_type";
+        values[n++] = c->model_type;
+        for (int i = 0; i < c->n_fields + c->nargs; i++) {
+            const cli_arg *a = i < c->n_fields ? find_flag(c, c->fields[i].flag) : &c->args[i - c->n_fields];
+            char *key = text + (size_t)n * 512, *value = key + 256;
+            if (!a || !cli_value_text(a, value, 256)) continue;
+            snprintf(key, 256, "%s", i < c->n_fields ? c->fields[i].key : "setting.");
+            if (i >= c->n_fields) snprintf(key + 8, 248, "%s", a->name + 2);  // "--lr" -> "setting.lr"
+            keys[n] = key;
+            values[n++] = value;
+        }
+        rc = fsdp_set_file_metadata(fs, n, keys, values) == FSDP_OK ? 0 : -1;
+        if (rc) fprintf(stderr, "%s: %s\n", c->prog, fsdp_last_error());
+    } else {
+        fprintf(stderr, "%s: out of memory\n", c->prog);
+    }
+    free(keys);
+    free(values);
+    free(text);
+    return rc;
+}
