@@ -9,6 +9,7 @@ void cli_fsdp_defaults(cli_fsdp_options *o) {
     memset(o, 0, sizeof *o);
     o->wrap = "transformer";
     o->limit_all_gathers = 2;
+    o->ckpt.type = -1;  // not given: sharded (lets cli_fsdp_check_flags tell a --ckpt-type without --ckpt-dir)
 }
 
 int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
@@ -16,26 +17,53 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--strategy", ARG_CHOICE, &o->strategy, "FSDP sharding strategy", 1, 0,
          "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
         {"--wrap", ARG_STRING, &o->wrap, "auto-wrap policy: transformer (each block a unit), size:N (each block with >= N parameters), none (one root unit)", 1, 0, NULL},
-        {"--shard-group-size", ARG_INT, &o->shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node)", 0, 1e6, NULL},
+        {"--shard-group-size", ARG_INT, &o->shard_group_size, "hybrid_shard: ranks per shard group (0: ranks sharing a node); an error with any other --strategy", 0, 1e6, NULL},
         {"--backward-prefetch", ARG_CHOICE, &o->backward_prefetch, "issue the next unit's all-gather before (pre) or after (post) the current unit's backward", 1, 0, "pre|post|none"},
         {"--forward-prefetch", ARG_BOOL, &o->forward_prefetch, "issue the next unit's all-gather before the current unit's forward (order recorded in the first step)", 1, 0, NULL},
         {"--limit-all-gathers", ARG_INT, &o->limit_all_gathers, "at most this many units unsharded at once, prefetches included (0: no limit)", 0, 1e6, NULL},
         {"--activation-checkpointing", ARG_BOOL, &o->activation_checkpointing, "keep only each block's output; recompute the block's forward in backward", 1, 0, NULL},
         {"--offload-dir", ARG_STRING, &o->offload_dir, "keep master shards, gradient shards and AdamW state in memory-mapped files in this directory (pageable; ZeRO-Infinity style)", 1, 0, NULL},
-        {"--cpu-offload", ARG_BOOL, &o->cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend, where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
+        {"--cpu-offload", ARG_BOOL, &o->cpu_offload, "CPUOffload(offload_params=True): a no-op on the CPU backend (it prints a note), where parameters, gradients and the optimizer already live in host memory; it will move them once the CUDA backend exists", 1, 0, NULL},
         {"--mixed-precision", ARG_CHOICE, &o->mixed_precision, "MixedPrecision param_dtype: bf16 all-gathers parameters in bf16 and runs every matrix product with bf16 operands (fp32 accumulation; AMX where the CPU has it); LayerNorm, softmax, loss and the fp32 master shards, gradients and optimizer stay fp32", 1, 0, "fp32|bf16"},
         {"--reduce-dtype", ARG_CHOICE, &o->reduce_dtype, "MixedPrecision reduce_dtype: gradient reduce-scatter/all-reduce dtype on the wire (summed in fp32); param follows --mixed-precision", 1, 0, "param|fp32|bf16"},
         {"--summary", ARG_BOOL, &o->summary, "print the sharding layout (units, numel, padding, shard sizes)", 1, 0, NULL},
         {"--init-nonstrict", ARG_BOOL, &o->init_nonstrict, "--init: report missing and unexpected tensors instead of failing", 1, 0, NULL},
-        {"--ckpt-dir", ARG_STRING, &o->ckpt.dir, "checkpoint directory (step_NNNNNNNN, loadable on any world size)", 1, 0, NULL},
-        {"--save-every", ARG_INT, &o->ckpt.save_every, "save a checkpoint after every N completed steps", 0, 1e9, NULL},
-        {"--ckpt-type", ARG_CHOICE, &o->ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0)", 1, 0, "sharded|full"},
-        {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (0: keep all)", 0, 1e6, NULL},
-        {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir)", 1, 0, NULL},
+        {"--ckpt-dir", ARG_STRING, &o->ckpt.dir, "checkpoint directory (step_NNNNNNNN, loadable on any world size); a checkpoint is always saved after the last step and when interrupted", 1, 0, NULL},
+        {"--save-every", ARG_INT, &o->ckpt.save_every, "also save a checkpoint after every N completed steps (needs --ckpt-dir; 0: only at the end)", 0, 1e9, NULL},
+        {"--ckpt-type", ARG_CHOICE, &o->ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0); needs --ckpt-dir", 1, 0, "sharded|full"},
+        {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (needs --ckpt-dir; 0: keep all)", 0, 1e6, NULL},
+        {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir); --steps stays the total, so it must exceed the checkpoint's step count (equal: nothing to train)", 1, 0, NULL},
         {"--allow-lowp-resume", ARG_BOOL, &o->ckpt.allow_lowp, "--resume: accept a checkpoint stored in bf16 (fsdp-ckpt convert --dtype bf16), training on from its rounded weights and moments", 1, 0, NULL},
     };
     for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
     return n + CLI_FSDP_NFLAGS;
+}
+
+int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank) {
+    const char *needs_dir = o->ckpt.dir                ? NULL
+                            : o->ckpt.save_every > 0   ? "--save-every"
+                            : o->ckpt.keep_last > 0    ? "--keep-last"
+                            : o->ckpt.type >= 0        ? "--ckpt-type"
+                                                       : NULL;
+    const char *error = NULL;
+    char line[200];
+    if (needs_dir) {
+        snprintf(line, sizeof line, "%s needs --ckpt-dir (without it no checkpoint is written)", needs_dir);
+        error = line;
+    } else if (o->shard_group_size > 0 && o->strategy != FSDP_HYBRID_SHARD) {
+        static const char *const strategy_flag[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "ddp"};
+        snprintf(line, sizeof line, "--shard-group-size %d applies only to --strategy hybrid_shard (got --strategy %s)",
+                 o->shard_group_size, strategy_flag[o->strategy]);
+        error = line;
+    }
+    if (error) {
+        if (rank == 0) fprintf(stderr, "%s: %s\n", prog, error);
+        return -1;
+    }
+    if (o->cpu_offload && rank == 0)
+        fprintf(stderr, "%s: note: --cpu-offload does nothing on the CPU backend (parameters, gradients and the "
+                "optimizer already live in host memory)\n", prog);
+    return 0;
 }
 
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg) {

@@ -29,6 +29,12 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o);
 // Fills cfg from the options; returns 0, or -1 after printing a one-line error naming the flag.
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg);
 
+// Flags that do nothing on their own, checked before anything is created: --save-every, --keep-last
+// and --ckpt-type need --ckpt-dir, and --shard-group-size needs --strategy hybrid_shard (errors);
+// --cpu-offload does nothing on the CPU backend (a one-line note). Rank 0 prints. Returns 0, or -1
+// after a one-line error naming the flag.
+int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank);
+
 // Sets activation checkpointing on the model's blocks, wraps it, fills the shards (deterministic init,
 // then --init when given: strict unless --init-nonstrict, whose report rank 0 prints). Returns 0, or
 // 1 after printing a one-line error.

@@ -102,6 +102,7 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const
 // threads: the thread choice, printed by --summary once the output paths are known to be good.
 static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *threads) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    if (cli_fsdp_check_flags("fsdp-minimal", &o->fsdp, R)) return 2;
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
         {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
@@ -171,6 +172,10 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     cli_ckpt_catch_signals();
     int start_step = 0;
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->batch, R, &start_step) != FSDP_OK) goto failed;
+    if (cli_ckpt_check_steps("fsdp-minimal", o->steps, start_step, R)) {
+        rc = 2;
+        goto done;
+    }
     double total_time = 0.0, total_comm = 0.0;
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
@@ -210,15 +215,12 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
             else printf("step %d loss %.9g\n", step, loss / N);
             fflush(stdout);
         }
-        if (o->fsdp.ckpt.dir && o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0 &&
-            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
-            goto failed;
         int stop = 0;  // SIGINT/SIGTERM: every rank stops after this step, saves, exits 130
         if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
+        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop) &&
+            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
+            goto failed;
         if (stop) {
-            int saved = o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0;
-            if (o->fsdp.ckpt.dir && !saved && cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
-                goto failed;
             if (R == 0) fprintf(stderr, "fsdp-minimal: interrupted after step %d%s\n", step,
                                 o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)" : "");
             rc = 130;
@@ -260,7 +262,7 @@ int main(int argc, char **argv) {
         {"--dropout", ARG_FLOAT, &o.dropout, "dropout probability", 0, 0.999, NULL},
         {"--seq", ARG_INT, &o.seq, "sequence length", 1, 1e6, NULL},
         {"--batch", ARG_INT, &o.batch, "global batch size (split evenly over ranks)", 1, 1e6, NULL},
-        {"--steps", ARG_INT, &o.steps, "optimizer steps", 0, 1e9, NULL},
+        {"--steps", ARG_INT, &o.steps, "optimizer steps in total (a --resume continues up to it)", 0, 1e9, NULL},
         {"--lr", ARG_FLOAT, &o.lr, "AdamW learning rate", 0, 1e3, NULL},
         {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
         {"--seed", ARG_INT, &o.seed, "seed for init, input and dropout", 0, 2147483647, NULL},

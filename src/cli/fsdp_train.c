@@ -48,6 +48,8 @@ static const cli_config_field gpt2_fields[] = {
     {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},
     {"n_positions", "--max-seq"}};
 
+#define EVAL_HOLDOUT_PERCENT 10  // --eval-every without --val-data validates on this last part of --data
+
 
 // The watchdog: a collective blocked for longer than the timeout (a rank died, or the ranks run
 // different collective sequences) aborts this rank with a message naming it; the launcher then ends
@@ -194,6 +196,11 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
 
 static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
+    if (o->val_path && o->eval_every == 0) {
+        if (R == 0) fprintf(stderr, "fsdp-train: --val-data needs --eval-every (without it nothing is evaluated)\n");
+        return 2;
+    }
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
         {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
@@ -221,7 +228,12 @@ static int run(train_options *o, fsdp_comm *world) {
     memset(&log, 0, sizeof log);
     if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) goto failed;
     if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) goto failed;
-    if (o->eval_every > 0 && !val) val = data;  // validate on the training stream's first batches
+    // no --val-data: hold out the training data's last 10% (training never sees it), as nanoGPT's split
+    if (o->eval_every > 0 && !val && fsdp_data_split_tail(data, EVAL_HOLDOUT_PERCENT, o->seq, &val) != FSDP_OK) {
+        if (R == 0) fprintf(stderr, "fsdp-train: --eval-every without --val-data: %s; pass --val-data\n", fsdp_last_error());
+        rc = 2;
+        goto done;
+    }
     const fsdp_data *streams[2] = {data, val};  // training and validation data (either may be NULL)
     for (int i = 0; i < 2; i++) {
         int data_vocab = streams[i] ? fsdp_data_vocab(streams[i]) : 0;
@@ -267,6 +279,8 @@ static int run(train_options *o, fsdp_comm *world) {
         printf("  %s\n", fsdp_threads_describe(&o->thread_choice, threads_line, sizeof threads_line));
         printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
                (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
+        if (val) printf("  validation: %d batches of %s every %d steps and after the last\n", o->eval_batches,
+                        fsdp_data_name(val), o->eval_every);
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
                16.0 * (double)local / 1048576.0, (long long)local);
         if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
@@ -295,6 +309,10 @@ static int run(train_options *o, fsdp_comm *world) {
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
     int start_step = 0;
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) goto failed;
+    if (cli_ckpt_check_steps("fsdp-train", o->steps, start_step, R)) {
+        rc = 2;
+        goto done;
+    }
     if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) {
         rc = 1;
         goto done;
@@ -363,7 +381,7 @@ static int run(train_options *o, fsdp_comm *world) {
         int stop = 0;  // every rank stops after the same step
         if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
         int64_t global_batch = (int64_t)N * M * B;
-        if (o->fsdp.ckpt.dir && ((o->fsdp.ckpt.save_every > 0 && (step + 1) % o->fsdp.ckpt.save_every == 0) || stop > 0) &&
+        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop > 0) &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
             goto failed;
         if (stop > 0) {
@@ -432,7 +450,7 @@ int main(int argc, char **argv) {
         {"--max-seq", ARG_INT, &o.max_seq, "position table size (0: --seq)", 0, 1e6, NULL},
         {"--batch", ARG_INT, &o.batch, "per-rank micro-batch (sequences)", 1, 1e6, NULL},
         {"--grad-accum", ARG_INT, &o.grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
-        {"--steps", ARG_INT, &o.steps, "optimizer steps", 0, 1e9, NULL},
+        {"--steps", ARG_INT, &o.steps, "optimizer steps in total (a --resume continues up to it)", 0, 1e9, NULL},
         {"--lr", ARG_FLOAT, &o.lr, "peak AdamW learning rate", 0, 1e3, NULL},
         {"--lr-schedule", ARG_CHOICE, &o.schedule, "after --warmup: cosine decay to --min-lr, or constant", 1, 0, "cosine|constant"},
         {"--min-lr", ARG_FLOAT, &o.min_lr, "final learning rate of the cosine schedule", 0, 1e3, NULL},
@@ -442,8 +460,8 @@ int main(int argc, char **argv) {
         {"--clip-grad", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
         {"--seed", ARG_INT, &o.seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
         {"--data", ARG_STRING, &o.data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
-        {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (default: the training data)", 1, 0, NULL},
-        {"--eval-every", ARG_INT, &o.eval_every, "evaluate every N steps and at the end (0: never)", 0, 1e9, NULL},
+        {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (needs it; default: the last 10% of --data, held out of training)", 1, 0, NULL},
+        {"--eval-every", ARG_INT, &o.eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
         {"--eval-batches", ARG_INT, &o.eval_batches, "validation micro-batches per evaluation", 1, 1e6, NULL},
         {"--sample", ARG_INT, &o.sample, "generate N bytes of text at the end (byte-level models)", 0, 1e6, NULL},
         {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},

@@ -23,7 +23,7 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
     double t0 = fsdp_now_sec();
     size_t before = fsdp_mem_current_total();
     fsdp_mem_reset_peaks();
-    FSDP_CHECK(o->type == 0 ? fsdp_checkpoint_save(fs, dir, &ts) : fsdp_checkpoint_save_full(fs, dir, &ts));
+    FSDP_CHECK(o->type == 1 ? fsdp_checkpoint_save_full(fs, dir, &ts) : fsdp_checkpoint_save(fs, dir, &ts));
     if (rank == 0) {
         printf("checkpoint: %s (%.2f s, peak extra memory %.1f MiB on rank 0)\n", dir, fsdp_now_sec() - t0,
                (double)(fsdp_mem_peak_total() - before) / 1048576.0);
@@ -97,6 +97,20 @@ fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t g
         fflush(stdout);
     }
     return FSDP_OK;
+}
+
+int cli_ckpt_check_steps(const char *prog, int steps, int start_step, int rank) {
+    if (start_step == 0 || steps > start_step) return 0;
+    if (rank == 0)
+        fprintf(stderr, "%s: %s--steps %d %s the %d steps the checkpoint has done (--steps is the total, not the "
+                "steps to add)%s\n", prog, steps == start_step ? "note: " : "", steps,
+                steps == start_step ? "equals" : "is fewer than", start_step,
+                steps == start_step ? ": nothing to train" : "");
+    return steps == start_step ? 0 : -1;
+}
+
+int cli_ckpt_due(const cli_ckpt_options *o, int steps_done, int steps, int stopping) {
+    return o->dir && (stopping || steps_done == steps || (o->save_every > 0 && steps_done % o->save_every == 0));
 }
 
 static volatile sig_atomic_t stop_signal;  // the SIGINT/SIGTERM received, 0 until then

@@ -9,8 +9,8 @@
 
 typedef struct {
     const char *dir;     // --ckpt-dir (NULL: no checkpoints)
-    int save_every;      // --save-every N completed steps (0: only when interrupted)
-    int type;            // --ckpt-type: 0 sharded, 1 full
+    int save_every;      // --save-every N completed steps (0: only after the last step and when interrupted)
+    int type;            // --ckpt-type: 0 sharded, 1 full, -1 not given (sharded)
     int keep_last;       // --keep-last K (0: keep all)
     const char *resume;  // --resume DIR|auto
     int allow_lowp;      // --allow-lowp-resume: train on from a checkpoint stored in bf16
@@ -32,6 +32,13 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
 // --allow-lowp-resume. Collective.
 fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t global_batch, int rank,
                             int *start_step);
+// --steps is the total, counted from the start of training, not the steps to add to a resumed
+// checkpoint: fewer than start_step is an error (-1), exactly start_step a note that there is nothing to
+// train (0: the run still does its end-of-run work, e.g. --save). Rank 0 prints one line.
+int cli_ckpt_check_steps(const char *prog, int steps, int start_step, int rank);
+// Whether to save after `steps_done` of `steps` completed steps: with --ckpt-dir, every --save-every
+// steps, after the last step, and when stopping on a signal.
+int cli_ckpt_due(const cli_ckpt_options *o, int steps_done, int steps, int stopping);
 
 // SIGINT and SIGTERM (to any one rank, or to mpirun, which forwards them) ask the tools to stop after
 // the current step, save a checkpoint when --ckpt-dir is set, and exit with 130.

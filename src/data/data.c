@@ -292,6 +292,30 @@ void fsdp_data_close(fsdp_data *d) {
     free(d);
 }
 
+fsdp_status fsdp_data_split_tail(fsdp_data *d, int percent, int T, fsdp_data **tail) {
+    FSDP_ASSERT(d && tail && percent > 0 && percent < 100 && T > 0);
+    *tail = NULL;
+    int64_t held = d->n / 100 * percent + d->n % 100 * percent / 100;  // floor(n * percent / 100)
+    if (held < (int64_t)T + 1 || d->n - held < (int64_t)T + 1)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: %lld tokens: holding out the last %d%% needs at least %d "
+                          "tokens in each part (seq + 1)", d->name, (long long)d->n, percent, T + 1);
+    fsdp_data *t = calloc(1, sizeof *t);
+    size_t name_len = strlen(d->name) + 16;
+    if (t) t->tok = malloc(sizeof(uint16_t) * (size_t)held);  // (held,)
+    if (t) t->name = malloc(name_len);
+    if (!t || !t->tok || !t->name) {
+        fsdp_data_close(t);
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for the held-out split", d->name);
+    }
+    memcpy(t->tok, d->tok + (d->n - held), sizeof(uint16_t) * (size_t)held);
+    t->n = held;
+    t->vocab = d->vocab;
+    snprintf(t->name, name_len, "%s (last %d%%)", d->name, percent);
+    d->n -= held;
+    *tail = t;
+    return FSDP_OK;
+}
+
 int64_t fsdp_data_tokens(const fsdp_data *d) { return d->n; }
 int fsdp_data_vocab(const fsdp_data *d) { return d->vocab; }
 const char *fsdp_data_name(const fsdp_data *d) { return d->name; }

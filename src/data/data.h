@@ -28,6 +28,12 @@ fsdp_status fsdp_data_open(const char *path, int T, fsdp_data **out);
 fsdp_status fsdp_data_open_mem(const char *name, const void *bytes, size_t len, int T, fsdp_data **out);
 void fsdp_data_close(fsdp_data *d);  // NULL is fine
 
+// Holds out the last `percent` % of d's tokens (rounded down) as a new data set *tail, named
+// "<name> (last P%)", and shortens d to the tokens before them, so the two never overlap. Both parts
+// must keep at least T + 1 tokens: otherwise FSDP_ERR_INVALID_ARG naming the data, and d is unchanged.
+// The tail keeps d's vocab (the id range the model must cover). 0 < percent < 100.
+fsdp_status fsdp_data_split_tail(fsdp_data *d, int percent, int T, fsdp_data **tail);
+
 int64_t fsdp_data_tokens(const fsdp_data *d);
 int fsdp_data_vocab(const fsdp_data *d);         // 256 for text and the built-in corpus; .bin: max token + 1
 const char *fsdp_data_name(const fsdp_data *d);  // the path, or "built-in corpus"

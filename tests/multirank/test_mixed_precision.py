@@ -99,7 +99,7 @@ def main():
         run(2, ["--mixed-precision", "bf16", "--ckpt-dir", d, "--save-every", "2"], 2)
         resumed, _, _ = run(2, ["--mixed-precision", "bf16", "--ckpt-dir", d, "--resume", "auto"], 4)
         chk.close("bf16 checkpoint resumes exactly (steps 2-3)", resumed, full[2:], 0, 0)
-        as_fp32, _, _ = run(2, ["--ckpt-dir", d, "--resume", "auto"], 4)
+        as_fp32, _, _ = run(2, ["--resume", os.path.join(d, "step_00000002")], 4)  # auto: the resumed run's step 4
         chk.close("bf16 checkpoint resumes under fp32 (losses within 2%)", as_fp32, full[2:], 0.02, 0)
 
     minimal = ["--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256", "--seq", "16", "--batch", "8",

@@ -1,6 +1,7 @@
 """fsdp-train flags that change what a run computes or reports, each held against an exact reference so
 the test fails if the flag is ignored: --eval-every/--val-data (validation losses equal a PyTorch
-evaluation of the same weights on the validation windows, at exactly the documented steps), --sample
+evaluation of the same weights on the validation windows, or without --val-data on the held-out last 10%
+of --data, at exactly the documented steps), --sample
 (the bytes equal a PyTorch decode with the same Philox stream, before and after training), --plot (a
 PNG), FSDP_DEBUG=INFO (the sharding layout on rank 0 only, matching the model), --min-lr and the
 schedule (the lr of every step equals the documented formula; the last step is at --min-lr), and the
@@ -119,7 +120,9 @@ def check_eval(chk, train, tmp, init, model_state, train_tok, train_bin):
     model = GPT2(V, MAXT, L, C, H)
     model.load_state_dict(model_state)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    ref_val, ref_train_val = {}, {}
+    ref_val, ref_held_out = {}, {}
+    held_out = train_tok[len(train_tok) - len(train_tok) // 10:]  # no --val-data: the last 10%, never trained on
+    assert steps * B * T <= len(train_tok) - len(held_out)  # so training reads the same windows either way
     for s in range(steps):
         idx, tgt = windows(train_tok, s * B * T, B, T)
         opt.zero_grad()
@@ -128,12 +131,12 @@ def check_eval(chk, train, tmp, init, model_state, train_tok, train_bin):
         if (s + 1) % every == 0 or s == steps - 1:
             with torch.no_grad():
                 ref_val[s] = np.mean([model(*windows(val_tok, b * B * T, B, T)).item() for b in range(nb)])
-                ref_train_val[s] = np.mean([model(*windows(train_tok, b * B * T, B, T)).item() for b in range(nb)])
+                ref_held_out[s] = np.mean([model(*windows(held_out, b * B * T, B, T)).item() for b in range(nb)])
     want_steps = sorted(ref_val)  # 1, 3 and the last, 4
     base = ["--init", init, "--seq", str(T), "--batch", str(B), "--steps", str(steps), "--lr", "3e-3",
             "--data", train_bin, "--eval-every", str(every), "--eval-batches", str(nb)] + EXACT
     for label, extra, ref in (("--val-data", ["--val-data", val_bin], ref_val),
-                              ("no --val-data (the training stream)", [], ref_train_val)):
+                              ("no --val-data (the last 10% of --data held out)", [], ref_held_out)):
         jl = os.path.join(tmp, "eval.jsonl")
         _, out, _ = run([train] + base + extra + ["--log-jsonl", jl])
         recs = [json.loads(line) for line in open(jl)]

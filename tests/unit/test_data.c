@@ -160,6 +160,38 @@ static void test_text(void) {
     unlink(path);
 }
 
+// fsdp_data_split_tail: the last 10% (rounded down) becomes its own data set, the rest stays, with no
+// overlap and the batch formula applying to each part alone; too short a part changes nothing.
+static void test_split(void) {
+    char path[512], text[80];
+    for (int i = 0; i < 73; i++) text[i] = (char)('a' + (i * 7) % 26);
+    test_write_bytes(tmp_path(path, "split.txt"), text, 73);
+    fsdp_data *d = NULL, *tail = (fsdp_data *)&d;
+    CHECK_EQ_INT(fsdp_data_open(path, 7, &d), FSDP_OK);
+    if (!d) return;
+    CHECK(fsdp_data_split_tail(d, 10, 7, &tail) != FSDP_OK);  // 7 held-out tokens < T + 1 = 8
+    CHECK(tail == NULL);
+    CHECK(strstr(fsdp_last_error(), path) != NULL);
+    CHECK_EQ_INT(fsdp_data_tokens(d), 73);
+    CHECK_EQ_INT(fsdp_data_split_tail(d, 10, 4, &tail), FSDP_OK);
+    if (!tail) return;
+    CHECK_EQ_INT(fsdp_data_tokens(d), 66);
+    CHECK_EQ_INT(fsdp_data_tokens(tail), 7);
+    CHECK_EQ_INT(fsdp_data_vocab(tail), 256);
+    char want[600];
+    snprintf(want, sizeof want, "%s (last 10%%)", path);
+    CHECK(strcmp(fsdp_data_name(tail), want) == 0);
+    uint16_t tok[80];
+    for (int i = 0; i < 73; i++) tok[i] = (unsigned char)text[i];
+    for (int s = 0; s < 30; s++) {
+        check_formula(d, tok, 66, s, 0, 1, 0, 1, 2, 4);
+        check_formula(tail, tok + 66, 7, s, 0, 1, 0, 1, 1, 4);
+    }
+    fsdp_data_close(tail);
+    fsdp_data_close(d);
+    unlink(path);
+}
+
 static void test_builtin(void) {
     fsdp_data *a = NULL, *b = NULL;
     CHECK_EQ_INT(fsdp_data_open(NULL, 64, &a), FSDP_OK);
@@ -243,6 +275,7 @@ int main(void) {
     }
     test_bin();
     test_text();
+    test_split();
     test_builtin();
     test_bad_inputs();
     rmdir(dir);
