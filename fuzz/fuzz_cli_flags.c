@@ -61,6 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         FUZZ_REQUIRE(!last_float || (double)(float)strtod(last_float, NULL) == (double)uf);
         fsdp_config cfg;
         (void)cli_fsdp_config("fuzz", &o, &cfg);
+        (void)cli_fsdp_check_flags("fuzz", &o, 1);  // rank 1: checks without printing
     }
     free(text);
     return 0;
