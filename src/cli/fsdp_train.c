@@ -460,7 +460,7 @@ int main(int argc, char **argv) {
         {"--clip-grad", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
         {"--seed", ARG_INT, &o.seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
         {"--data", ARG_STRING, &o.data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
-        {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (needs it; default: the last 10% of --data, held out of training)", 1, 0, NULL},
+        {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
         {"--eval-every", ARG_INT, &o.eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
         {"--eval-batches", ARG_INT, &o.eval_batches, "validation micro-batches per evaluation", 1, 1e6, NULL},
         {"--sample", ARG_INT, &o.sample, "generate N bytes of text at the end (byte-level models)", 0, 1e6, NULL},
