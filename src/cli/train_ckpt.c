@@ -116,9 +116,17 @@ int cli_ckpt_due(const cli_ckpt_options *o, int steps_done, int steps, int stopp
 static volatile sig_atomic_t stop_signal;  // the SIGINT/SIGTERM received, 0 until then
 static void on_signal(int sig) { stop_signal = sig; }
 
+// Without SA_RESTART: a rank blocked writing its log to a launcher that stopped reading (Open MPI's
+// mpirun, signalled itself, stops forwarding output and signals the ranks seconds later) gets EINTR, loses
+// that log line and goes on to the stop check and the checkpoint, instead of blocking until SIGKILL.
 void cli_ckpt_catch_signals(void) {
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
 }
 
 fsdp_status cli_ckpt_stop_requested(fsdp_comm *world, int *stop) {

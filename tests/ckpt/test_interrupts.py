@@ -10,16 +10,22 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
 from fsdp_testlib import MPI_ENV, Checker, mpirun, parse_args, proc, tmpdir  # noqa: E402
 
-# constant learning rate: the losses of a step do not depend on --steps
-TRAIN = ["--layers", "2", "--d-model", "48", "--heads", "4", "--seq", "16", "--batch", "3", "--threads", "1",
+# constant learning rate: the losses of a step do not depend on --steps. The models are large enough for a
+# step to take tens of milliseconds: a signalled mpirun stops forwarding the ranks' output, and a rank that
+# printed faster would fill the pseudo-terminal and block in its log write before the signal reaches it
+# (the tools catch signals without SA_RESTART, which frees such a write, but not one cut half-way).
+TRAIN = ["--layers", "4", "--d-model", "128", "--heads", "4", "--seq", "64", "--batch", "4", "--threads", "1",
          "--lr", "3e-3", "--lr-schedule", "constant", "--warmup", "2"]
-MINIMAL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64", "--threads", "1", "--batch", "4"]
+MINIMAL = ["--layers", "4", "--d-model", "128", "--heads", "4", "--ffn", "512", "--seq", "16", "--threads", "1",
+           "--batch", "8"]
 # Open MPI 4.1's mpirun, signalled, sends the ranks SIGCONT at once, SIGTERM after odls_base_sigkill_timeout
 # seconds (default 1) and SIGKILL after as many again: give them time to finish the step and save.
 PATIENT = {"OMPI_MCA_odls_base_sigkill_timeout": "3"}
@@ -60,8 +66,9 @@ def interrupt(binary, args, n, sig, to_rank, steps_seen=3):
     """Starts binary on n ranks, waits for steps_seen step lines, sends sig to mpirun (to_rank None) or to
     that rank only; returns (mpirun's exit status, stdout, stderr)."""
     env = {**os.environ, **MPI_ENV, **PATIENT}
+    err = tempfile.TemporaryFile("w+")  # a file: nothing blocks on a full stderr pipe
     p = subprocess.Popen(["mpirun", "-np", str(n), "-x", "OMP_NUM_THREADS", "-x", "OMPI_MCA_odls_base_sigkill_timeout",
-                          binary] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                          binary] + args, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
     seen, lines = 0, []
     deadline = time.time() + 60
     while seen < steps_seen and time.time() < deadline:
@@ -79,12 +86,18 @@ def interrupt(binary, args, n, sig, to_rank, steps_seen=3):
         else:
             print(f"no rank {to_rank} among {pids}")
             p.kill()
-    try:
-        out, err = p.communicate(timeout=120)
-    except subprocess.TimeoutExpired:
+    # The rest of stdout through the same buffered reader the lines above came from (communicate() reads
+    # the pipe beneath it and would lose what that reader holds), with a deadline.
+    rest = []
+    reader = threading.Thread(target=lambda: rest.append(p.stdout.read()))
+    reader.start()
+    reader.join(120)
+    if reader.is_alive():
         p.kill()
-        out, err = p.communicate()
-    return p.returncode, "".join(lines) + out, err
+        reader.join()
+    p.wait()
+    err.seek(0)
+    return p.returncode, "".join(lines) + "".join(rest), err.read()
 
 
 def step_lines(stdout):
