@@ -48,13 +48,16 @@ static void model_free(token_regressor *m) {
     nn_params_destroy(&m->params);
 }
 
-// Activations of one local batch of B sequences (N = B * SEQ rows).
+// One local batch of B sequences (N = B * SEQ rows). The application makes inputs and computes its loss
+// on the host; the model's activations live on the FSDP state's device and move by explicit copies.
 typedef struct {
     int B, N;
-    float *x, *target;  // (N, IN), (N,)
-    float *h0, *dh0;    // (N, D) in_proj output and its gradient
-    float *y, *dy;      // (N,) predictions and d loss / d y
-    float *dh;          // (N, D) gradient at the blocks' output
+    float *x, *target;  // host: (N, IN), (N,)
+    float *y, *dy;      // host: (N,) predictions and d loss / d y
+    float *x_dev;       // device: (N, IN)
+    float *h0, *dh0;    // device: (N, D) in_proj output and its gradient
+    float *y_dev, *dy_dev;  // device: (N,)
+    float *dh;          // device: (N, D) gradient at the blocks' output
 } batch;
 
 // Samples [first, first + B) of step `step`'s global batch: a counter-based stream, so a rank draws
@@ -72,13 +75,14 @@ static void make_batch(batch *b, int first, int step) {
 
 // One forward and backward on this rank's batch; returns the local mean squared error.
 static fsdp_status train_micro_step(fsdp_state *fs, token_regressor *m, batch *b, int step, double *loss) {
-    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 1, .seed = 1234, .step = (uint64_t)step};
-    const fsdp_kernels *k = ctx.k;
+    nn_ctx ctx = fsdp_model_ctx(fs, 1, 1234, (uint64_t)step);
+    FSDP_CHECK(fsdp_copy_h2d(ctx.stream, b->x_dev, b->x, sizeof(float) * (size_t)b->N * IN));
     FSDP_CHECK(fsdp_begin_forward(fs, 1));  // gathers the root unit (in_proj, head)
-    nn_linear_forward(k, &m->in_proj, b->h0, b->x, b->N);
+    nn_linear_forward(&ctx, &m->in_proj, b->h0, b->x_dev, b->N);
     const float *h = NULL;  // (N, D) the last block's output
     FSDP_CHECK(nn_sequential_forward(&ctx, &m->blocks, b->h0, b->B, SEQ, &h));  // gathers each layer in turn
-    nn_linear_forward(k, &m->head, b->y, h, b->N);
+    nn_linear_forward(&ctx, &m->head, b->y_dev, h, b->N);
+    FSDP_CHECK(fsdp_dev_read(ctx.stream, b->y, b->y_dev, sizeof(float) * (size_t)b->N));
     double sum = 0.0;
     for (int i = 0; i < b->N; i++) {
         float err = b->y[i] - b->target[i];
@@ -86,9 +90,10 @@ static fsdp_status train_micro_step(fsdp_state *fs, token_regressor *m, batch *b
         b->dy[i] = 2.0f * err / (float)b->N;
     }
     *loss = sum / b->N;
-    nn_linear_backward(k, &m->head, b->dh, 0, b->dy, h, b->N);
+    FSDP_CHECK(fsdp_copy_h2d(ctx.stream, b->dy_dev, b->dy, sizeof(float) * (size_t)b->N));
+    nn_linear_backward(&ctx, &m->head, b->dh, 0, b->dy_dev, h, b->N);
     FSDP_CHECK(nn_sequential_backward(&ctx, &m->blocks, b->dh, b->h0, b->dh0));  // reduce-scatters per layer
-    nn_linear_backward(k, &m->in_proj, NULL, 0, b->dh0, b->x, b->N);
+    nn_linear_backward(&ctx, &m->in_proj, NULL, 0, b->dh0, b->x_dev, b->N);
     return fsdp_end_backward(fs);  // reduce-scatters the root unit's gradients (averaged over ranks)
 }
 
@@ -110,15 +115,20 @@ static fsdp_status train(fsdp_comm *world, int steps) {
 
     batch b = {.B = BATCH / W, .N = BATCH / W * SEQ};
     size_t n = (size_t)b.N;
+    fsdp_dev *dev = fsdp_state_device(fs);
     b.x = malloc(sizeof(float) * n * IN);
     b.target = malloc(sizeof(float) * n);
-    b.h0 = malloc(sizeof(float) * n * D);
-    b.dh0 = malloc(sizeof(float) * n * D);
     b.y = malloc(sizeof(float) * n);
     b.dy = malloc(sizeof(float) * n);
-    b.dh = malloc(sizeof(float) * n * D);
-    fsdp_status st = b.x && b.target && b.h0 && b.dh0 && b.y && b.dy && b.dh ? FSDP_OK
-                                                                             : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    b.x_dev = fsdp_dev_alloc(dev, sizeof(float) * n * IN, FSDP_MEM_ACTIVATIONS);
+    b.h0 = fsdp_dev_alloc(dev, sizeof(float) * n * D, FSDP_MEM_ACTIVATIONS);
+    b.dh0 = fsdp_dev_alloc(dev, sizeof(float) * n * D, FSDP_MEM_ACTIVATIONS);
+    b.y_dev = fsdp_dev_alloc(dev, sizeof(float) * n, FSDP_MEM_ACTIVATIONS);
+    b.dy_dev = fsdp_dev_alloc(dev, sizeof(float) * n, FSDP_MEM_ACTIVATIONS);
+    b.dh = fsdp_dev_alloc(dev, sizeof(float) * n * D, FSDP_MEM_ACTIVATIONS);
+    fsdp_status st = b.x && b.target && b.y && b.dy && b.x_dev && b.h0 && b.dh0 && b.y_dev && b.dy_dev && b.dh
+                         ? FSDP_OK
+                         : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     for (int step = 0; step < steps && st == FSDP_OK; step++) {
         make_batch(&b, R * b.B, step);
         fsdp_zero_grad(fs);
@@ -131,11 +141,10 @@ static fsdp_status train(fsdp_comm *world, int steps) {
     }
     free(b.x);
     free(b.target);
-    free(b.h0);
-    free(b.dh0);
     free(b.y);
     free(b.dy);
-    free(b.dh);
+    void *dev_bufs[] = {b.x_dev, b.h0, b.dh0, b.y_dev, b.dy_dev, b.dh};
+    for (size_t i = 0; i < sizeof dev_bufs / sizeof dev_bufs[0]; i++) fsdp_dev_free(dev, dev_bufs[i]);
     fsdp_free_state(fs);
     model_free(&m);
     return st;

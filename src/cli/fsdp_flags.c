@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 void cli_fsdp_defaults(cli_fsdp_options *o) {
     memset(o, 0, sizeof *o);
@@ -33,6 +34,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--ckpt-type", ARG_CHOICE, &o->ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0); needs --ckpt-dir", 1, 0, "sharded|full"},
         {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (needs --ckpt-dir; 0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir); --steps stays the total, so it must exceed the checkpoint's step count (equal: nothing to train)", 1, 0, NULL},
+        {"--device", ARG_STRING, &o->device, "where shards, gathered units, gradients and activations live: cpu, or guard (the CPU device with device memory unreadable from above the device layer: a test tool; default: $FSDP_DEVICE, else cpu)", 1, 0, NULL},
         {"--allow-lowp-resume", ARG_BOOL, &o->ckpt.allow_lowp, "--resume: accept a checkpoint stored in bf16 (fsdp-ckpt convert --dtype bf16), training on from its rounded weights and moments", 1, 0, NULL},
     };
     for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
@@ -68,6 +70,14 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank) 
 
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg) {
     *cfg = fsdp_config_default();
+    if (o->device) {
+        if (strcasecmp(o->device, "cpu") != 0 && strcasecmp(o->device, "guard") != 0) {
+            fprintf(stderr, "%s: --device: expected cpu or guard, got '%s'\n", prog, o->device);
+            return -1;
+        }
+        setenv("FSDP_DEVICE", o->device, 1);  // read once, by the first fsdp_dev_default()
+    }
+    cfg->device = fsdp_dev_default();
     cfg->strategy = (fsdp_strategy)o->strategy;
     cfg->shard_group_size = o->shard_group_size;
     cfg->backward_prefetch = o->backward_prefetch == 0   ? FSDP_PREFETCH_BACKWARD_PRE

@@ -18,15 +18,17 @@ typedef struct {
     int reduce_dtype;             // --reduce-dtype param|fp32|bf16 (index; param: follow --mixed-precision)
     int summary;                  // --summary
     int init_nonstrict;           // --init-nonstrict
+    const char *device;           // --device cpu|guard (NULL: $FSDP_DEVICE, else cpu)
     cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume
 } cli_fsdp_options;
 
-#define CLI_FSDP_NFLAGS 19
+#define CLI_FSDP_NFLAGS 20
 
 void cli_fsdp_defaults(cli_fsdp_options *o);
 // Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.
 int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o);
-// Fills cfg from the options; returns 0, or -1 after printing a one-line error naming the flag.
+// Fills cfg from the options (--device chooses the process's default device, as FSDP_DEVICE does, and
+// cfg->device is that device); returns 0, or -1 after printing a one-line error naming the flag.
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg);
 
 // Flags that do nothing on their own, checked before anything is created: --save-every, --keep-last

@@ -73,12 +73,16 @@ static void take_columns(const minimal_options *o, const float *x, float *dst, i
 }
 
 // Writes the first micro-batch outputs of every rank as the global y (rank 0 writes). y: local (seq, nb, d)
-static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, const float *y, int nb) {
+// on the device, read back here first.
+static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, fsdp_stream *stream, const float *y,
+                               int nb) {
     int N = fsdp_comm_size(world);
     size_t local = (size_t)o->seq * nb * o->d_model, C = (size_t)o->d_model;
     float *all = malloc(sizeof(float) * local * (size_t)N), *glob = malloc(sizeof(float) * local * (size_t)N);
     fsdp_status s = all && glob ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    if (s == FSDP_OK) s = fsdp_all_gather(world, y, all, local, FSDP_F32);
+    int R = fsdp_comm_rank(world);
+    if (s == FSDP_OK) s = fsdp_dev_read(stream, all + (size_t)R * local, y, sizeof(float) * local);
+    if (s == FSDP_OK) s = fsdp_all_gather(world, all + (size_t)R * local, all, local, FSDP_F32);
     for (int r = 0; r < N && s == FSDP_OK; r++)  // rank r's block holds global columns [r*nb, (r+1)*nb)
         for (int t = 0; t < o->seq; t++)
             for (int b = 0; b < nb; b++) {
@@ -138,7 +142,10 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     int rc = 0;
     nn_encoder_stack model;
     fsdp_state *fs = NULL;
-    float *x = NULL, *xm = NULL, *dy = NULL;  // inputs [seq, batch, d_model]; this rank's micro-batches; dL/dy
+    // host: inputs [seq, batch, d_model] and this rank's micro-batches; device: the micro-batches, dL/dy and
+    // the loss (1,) of the last micro-step
+    float *x = NULL, *xm = NULL, *xm_dev = NULL, *dy = NULL;
+    double *loss_dev = NULL;
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) {
@@ -149,21 +156,28 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         rc = 1;
         goto done;
     }
-    const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
     if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
+    fsdp_dev *dev = fsdp_state_device(fs);
+    fsdp_stream *stream = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
     size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;
     x = malloc(sizeof(float) * global_n);
-    xm = fsdp_alloc(sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
-    dy = fsdp_alloc(sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
-    if (!x || !xm || !dy) {
+    xm = malloc(sizeof(float) * micro_n * (size_t)o->grad_accum);
+    xm_dev = fsdp_dev_alloc(dev, sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
+    dy = fsdp_dev_alloc(dev, sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
+    loss_dev = fsdp_dev_alloc(dev, sizeof(double), FSDP_MEM_OTHER);
+    if (!x || !xm || !xm_dev || !dy || !loss_dev) {
         rc = fail("out of memory");
         goto done;
     }
     if (load_input(o, x) != FSDP_OK) goto failed;
     for (int m = 0; m < o->grad_accum; m++) take_columns(o, x, xm + (size_t)m * micro_n, R * local_batch + m * micro, micro);
+    if (fsdp_copy_h2d(stream, xm_dev, xm, sizeof(float) * micro_n * (size_t)o->grad_accum) != FSDP_OK ||
+        fsdp_stream_synchronize(stream) != FSDP_OK)
+        goto failed;
     free(x);
-    x = NULL;
+    free(xm);
+    x = xm = NULL;
     fsdp_adamw_config ac = fsdp_adamw_defaults();
     ac.lr = o->lr;
     ac.weight_decay = o->weight_decay;
@@ -182,17 +196,19 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         fsdp_zero_grad(fs);
         double loss = 0.0;
         for (int m = 0; m < o->grad_accum; m++) {
-            nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed,
-                          .step = (uint64_t)step * (uint64_t)o->grad_accum + (uint64_t)m};
+            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, (uint64_t)step * (uint64_t)o->grad_accum + (uint64_t)m);
             int sync = !o->no_sync || m == o->grad_accum - 1;
-            const float *xin = xm + (size_t)m * micro_n, *y = NULL;
+            const float *xin = xm_dev + (size_t)m * micro_n, *y = NULL;
             if (fsdp_begin_forward(fs, sync) != FSDP_OK ||
                 nn_sequential_forward(&ctx, &model.seq, xin, micro, o->seq, &y) != FSDP_OK)
                 goto failed;
-            loss += nn_abs_mean_forward(y, micro_n) / o->grad_accum;
-            if (step == 0 && m == 0 && o->dump_output_path && dump_output(o, world, y, micro) != FSDP_OK)
+            nn_abs_mean_forward(&ctx, loss_dev, y, micro_n);
+            double micro_loss = 0.0;
+            if (fsdp_dev_read(stream, &micro_loss, loss_dev, sizeof micro_loss) != FSDP_OK) goto failed;  // the log's
+            loss += micro_loss / o->grad_accum;
+            if (step == 0 && m == 0 && o->dump_output_path && dump_output(o, world, stream, y, micro) != FSDP_OK)
                 goto failed;
-            nn_abs_mean_backward(dy, y, micro_n, 1.0f / (float)o->grad_accum);
+            nn_abs_mean_backward(&ctx, dy, y, micro_n, 1.0f / (float)o->grad_accum);
             if (nn_sequential_backward(&ctx, &model.seq, dy, xin, NULL) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
                 goto failed;
         }
@@ -241,11 +257,15 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
 failed:
     rc = fail(fsdp_last_error());
 done:
+    if (fs) {
+        fsdp_dev_free(fsdp_state_device(fs), xm_dev);
+        fsdp_dev_free(fsdp_state_device(fs), dy);
+        fsdp_dev_free(fsdp_state_device(fs), loss_dev);
+    }
     fsdp_free_state(fs);
     nn_encoder_stack_free(&model);
     free(x);
-    fsdp_free(xm);
-    fsdp_free(dy);
+    free(xm);
     return rc;
 }
 

@@ -39,6 +39,7 @@ int main(int argc, char **argv) {
         {"--mixed-precision", ARG_CHOICE, &f.mixed_precision, "param_dtype", 1, 0, "fp32|bf16"},
         {"--reduce-dtype", ARG_CHOICE, &f.reduce_dtype, "reduce_dtype (param: follow --mixed-precision)", 1, 0, "param|fp32|bf16"},
         {"--no-shared-memory", ARG_BOOL, &no_shm, "ranks on different nodes (no shared gradient staging)", 1, 0, NULL},
+        {"--device", ARG_STRING, &f.device, "the run's --device: cpu, or guard (state in device memory: no zero-copy shared shards or gradient staging)", 1, 0, NULL},
     };
     int parsed = cli_parse("fsdp-plan", "Predicts per-rank memory and communication of an fsdp.c run.", args,
                            (int)(sizeof args / sizeof args[0]), argc, argv);
@@ -55,6 +56,7 @@ int main(int argc, char **argv) {
     in.limit_all_gathers = f.limit_all_gathers;
     in.activation_checkpointing = f.activation_checkpointing;
     in.shared_memory = !no_shm;
+    in.zero_copy = fsdp_dev_host_addressable(cfg.device);
     in.param_bf16 = cfg.param_dtype == FSDP_BF16;
     in.reduce_bf16 = cfg.reduce_dtype == FSDP_BF16;
     in.bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM

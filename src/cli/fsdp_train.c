@@ -73,14 +73,20 @@ static void *watchdog(void *arg) {
 }
 
 // FSDP_TEST_NAN_SHARD's fault: the first element of this rank's gradient shard becomes NaN.
-static void poison_grad_shard(fsdp_state *fs) {
+static fsdp_status poison_grad_shard(fsdp_state *fs) {
+    const float nan_value = NAN;
     for (int i = 0; i < fsdp_named_param_count(fs); i++) {
         fsdp_named_param p = fsdp_named_param_at(fs, i);
-        if (p.shard_numel > 0) {
-            p.shard_grad[0] = NAN;
-            return;
-        }
+        if (p.shard_numel > 0)
+            return fsdp_copy_h2d(fsdp_dev_stream(fsdp_state_device(fs), FSDP_STREAM_COMPUTE), p.shard_grad, &nan_value,
+                                 sizeof nan_value);
     }
+    return FSDP_OK;
+}
+
+// The mean loss of the model's last forward (a device scalar), read for the log.
+static fsdp_status read_loss(const nn_ctx *ctx, const nn_gpt2 *model, double *loss) {
+    return fsdp_dev_read(ctx->stream, loss, model->loss, sizeof *loss);
 }
 
 static int fail(const char *msg) {
@@ -129,7 +135,7 @@ static fsdp_status dims_from_file(train_options *o) {
 // reads into its own buffers: the training batch (a fixed --input one included) is left as it is.
 static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, const train_options *o,
                             fsdp_comm *world, double *out) {
-    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = (uint64_t)o->seed};
+    nn_ctx ctx = fsdp_model_ctx(fs, 0, (uint64_t)o->seed, 0);
     size_t n = (size_t)o->batch * o->seq;
     int32_t *idx = malloc(sizeof(int32_t) * n), *targets = malloc(sizeof(int32_t) * n);  // (batch, seq) each
     fsdp_status s = idx && targets ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory for validation");
@@ -139,7 +145,9 @@ static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val
         s = fsdp_begin_eval(fs);
         if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, idx, targets, o->batch, o->seq);
         if (s == FSDP_OK) s = fsdp_end_eval(fs);
-        total += model->loss;
+        double loss = 0.0;
+        if (s == FSDP_OK) s = read_loss(&ctx, model, &loss);
+        total += loss;
     }
     free(idx);
     free(targets);
@@ -154,8 +162,14 @@ static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val
 static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_options *o, int n, int rank) {
     int T = o->seq;
     int32_t *ctx_tokens = calloc((size_t)T, sizeof(int32_t)), *dummy = calloc((size_t)T, sizeof(int32_t));
-    if (!ctx_tokens || !dummy) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = (uint64_t)o->seed};
+    float *logits = malloc(sizeof(float) * (size_t)o->vocab);  // (vocab,) host: the last position's logits
+    if (!ctx_tokens || !dummy || !logits) {
+        free(ctx_tokens);
+        free(dummy);
+        free(logits);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    }
+    nn_ctx ctx = fsdp_model_ctx(fs, 0, (uint64_t)o->seed, 0);
     fsdp_rng rng = {(uint64_t)o->seed, fsdp_hash_name("sample")};
     int len = 1;
     ctx_tokens[0] = '\n' % o->vocab;
@@ -165,8 +179,10 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
         s = fsdp_begin_eval(fs);
         if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, ctx_tokens, dummy, 1, len);
         if (s == FSDP_OK) s = fsdp_end_eval(fs);
+        if (s == FSDP_OK)
+            s = fsdp_dev_read(ctx.stream, logits, model->logits + (size_t)(len - 1) * o->vocab,
+                              sizeof(float) * (size_t)o->vocab);
         if (s != FSDP_OK) break;
-        const float *logits = model->logits + (size_t)(len - 1) * o->vocab;
         float maxv = logits[0];
         for (int v = 1; v < o->vocab; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
         double sum = 0.0;
@@ -191,6 +207,7 @@ static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_optio
     if (rank == 0) printf("\n--- end of sample ---\n");
     free(ctx_tokens);
     free(dummy);
+    free(logits);
     return s;
 }
 
@@ -324,13 +341,15 @@ static int run(train_options *o, fsdp_comm *world) {
         float grad_scale = fsdp_fault_at_step("FSDP_TEST_NAN_GRAD", step, R) ? NAN : 1.0f / (float)M;
         for (int m = 0; m < M; m++) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
-            nn_ctx ctx = {.k = k, .training = 1, .seed = (uint64_t)o->seed, .step = (uint64_t)step * M + m};
+            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, (uint64_t)step * M + m);
+            double micro_loss = 0.0;
             if (fsdp_begin_forward(fs, 1) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
-                nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
+                nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK ||
+                read_loss(&ctx, &model, &micro_loss) != FSDP_OK)  // the log's value, read once per micro-step
                 goto failed;
-            loss += model.loss / M;
+            loss += micro_loss / M;
         }
-        if (fsdp_fault_at_step("FSDP_TEST_NAN_SHARD", step, R)) poison_grad_shard(fs);
+        if (fsdp_fault_at_step("FSDP_TEST_NAN_SHARD", step, R) && poison_grad_shard(fs) != FSDP_OK) goto failed;
         if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
         loss /= N;
         if (fsdp_fault_at_step("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;

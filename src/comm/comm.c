@@ -1,5 +1,7 @@
 // comm.c: process groups (world, split), the local backend and the MPI backend's dispatch between
 // shared-memory and MPI collectives, nonblocking requests and statistics.
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -143,19 +145,28 @@ static void leave(void) { current_since = 0.0; }
 
 void fsdp_comm_set_sequence_check(fsdp_comm *c, int on) { c->check_sequence = on; }
 
-// Compares (call number, kind, count) across the group; kind: 1 all-gather, 2 reduce-scatter,
-// 3 all-reduce, 4 broadcast.
+// Compares (call number, kind, count, elements per MPI call) across the group; kind: 1 all-gather,
+// 2 reduce-scatter, 3 all-reduce, 4 broadcast. 64-bit throughout: counts above INT_MAX compare exactly.
 static fsdp_status check_sequence(fsdp_comm *c, int kind, size_t count) {
-    long call = c->calls_issued++;
+    int64_t call = c->calls_issued++;
     if (!c->check_sequence || c->size == 1) return FSDP_OK;
-    long v[6] = {call, -call, kind, -kind, (long)count, -(long)count};
-    FSDP_CHECK(comm_mpi_check(MPI_Allreduce(MPI_IN_PLACE, v, 6, MPI_LONG, MPI_MAX, c->mpi),
-                         "MPI_Allreduce (sequence check)"));
+    int64_t n = (int64_t)count, lim = (int64_t)fsdp_comm_max_count();  // a buffer's element count is below 2^63
+    int64_t v[8] = {call, -call, kind, -kind, n, -n, lim, -lim};  // max of x and of -x: the group's max and min
+    fsdp_status s = comm_mpi_allreduce(v, 8, sizeof v[0], MPI_INT64_T, MPI_MAX, c->mpi);
+    if (s != FSDP_OK) {
+        char why[512];  // the message lives in the buffer fsdp_error writes: copy it out first
+        snprintf(why, sizeof why, "%s", fsdp_last_error());
+        return fsdp_error(s, "sequence check: %s", why);
+    }
     static const char *kinds[] = {"?", "all_gather", "reduce_scatter", "all_reduce", "broadcast"};
     if (v[0] != -v[1] || v[2] != -v[3] || v[4] != -v[5])
-        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: rank %d's call #%ld is %s of %zu elements, but the "
-                          "group's calls differ (kinds %s..%s, counts %ld..%ld)", c->rank, call, kinds[kind], count,
-                          kinds[-v[3] > 0 && -v[3] < 5 ? -v[3] : 0], kinds[v[2] > 0 && v[2] < 5 ? v[2] : 0], -v[5], v[4]);
+        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: rank %d's call #%" PRId64 " is %s of %zu elements, but "
+                          "the group's calls differ (kinds %s..%s, counts %" PRId64 "..%" PRId64 ")", c->rank, call,
+                          kinds[kind], count, kinds[-v[3] > 0 && -v[3] < 5 ? -v[3] : 0],
+                          kinds[v[2] > 0 && v[2] < 5 ? v[2] : 0], -v[5], v[4]);
+    if (v[6] != -v[7])  // the ranks would split collectives into different MPI calls
+        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: the group's elements per MPI call differ (%" PRId64
+                          "..%" PRId64 "; FSDP_COMM_MAX_COUNT or fsdp_comm_set_max_count)", -v[7], v[6]);
     return FSDP_OK;
 }
 
@@ -172,6 +183,13 @@ static void account(fsdp_comm *c, double t0, size_t bytes) {
     c->stats.seconds += fsdp_now_sec() - t0;
     c->stats.bytes_sent += bytes;
     c->stats.calls++;
+}
+
+// Bytes one rank sends in an all-reduce of count elements: ring-like (2 (size-1)/size of the buffer),
+// or all of it to every peer for bf16 over MPI (an all-gather, summed here).
+static size_t all_reduce_bytes(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
+    size_t esize = fsdp_dtype_size(dt), peers = (size_t)(c->size - 1);
+    return !c->shm && dt == FSDP_BF16 ? count * esize * peers : 2 * count * esize * peers / (size_t)c->size;
 }
 
 static void scale_f32(void *buf, size_t n, float s) {
@@ -213,8 +231,7 @@ static fsdp_status mpi_reduce_scatter_bf16(fsdp_comm *c, const void *send, void 
                                            fsdp_reduce_op op) {
     fsdp_bf16 *slices = bf16_scratch(count * (size_t)c->size);  // (size, count) every rank's slice of mine
     if (!slices) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a bf16 reduce-scatter of %zu values", count);
-    int rc = MPI_Alltoall(send, (int)count, MPI_UINT16_T, slices, (int)count, MPI_UINT16_T, c->mpi);
-    fsdp_status s = comm_mpi_check(rc, "MPI_Alltoall");
+    fsdp_status s = comm_mpi_alltoall(send, slices, count, sizeof(fsdp_bf16), MPI_UINT16_T, c->mpi);
     if (s == FSDP_OK) sum_bf16_slices(recv, slices, count, c->size, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
     return s;
 }
@@ -222,8 +239,7 @@ static fsdp_status mpi_reduce_scatter_bf16(fsdp_comm *c, const void *send, void 
 static fsdp_status mpi_all_reduce_bf16(fsdp_comm *c, void *buf, size_t count, fsdp_reduce_op op) {
     fsdp_bf16 *all = bf16_scratch(count * (size_t)c->size);  // (size, count) every rank's buffer
     if (!all) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a bf16 all-reduce of %zu values", count);
-    fsdp_status s = comm_mpi_check(MPI_Allgather(buf, (int)count, MPI_UINT16_T, all, (int)count, MPI_UINT16_T, c->mpi),
-                              "MPI_Allgather");
+    fsdp_status s = comm_mpi_allgather(buf, all, count, sizeof(fsdp_bf16), MPI_UINT16_T, c->mpi, c->rank);
     if (s == FSDP_OK) sum_bf16_slices(buf, all, count, c->size, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
     return s;
 }
@@ -240,9 +256,7 @@ fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t c
     if (c->shm) {
         s = comm_shm_all_gather(c, send, recv, count, dt);
     } else {
-        const void *src = send == (const unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
-        s = comm_mpi_check(MPI_Allgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi),
-                      "MPI_Allgather");
+        s = comm_mpi_allgather(send, recv, count, fsdp_dtype_size(dt), mpi_type(dt), c->mpi, c->rank);  // detects in place
     }
     account(c, t0, bytes * (size_t)(c->size - 1));
     return s;
@@ -260,8 +274,7 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
     if (c->shm) {
         s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
     } else if (dt == FSDP_F32) {
-        s = comm_mpi_check(MPI_Reduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi),
-                      "MPI_Reduce_scatter_block");
+        s = comm_mpi_reduce_scatter(send, recv, count, sizeof(float), MPI_FLOAT, MPI_SUM, c->mpi, c->size);
         if (op == FSDP_AVG) scale_f32(recv, count, 1.0f / (float)c->size);
     } else {
         s = mpi_reduce_scatter_bf16(c, send, recv, count, op);
@@ -278,14 +291,12 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
     if (c->shm) {
         s = comm_shm_all_reduce(c, buf, count, dt, op);
     } else if (dt == FSDP_F32) {
-        s = comm_mpi_check(MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi), "MPI_Allreduce");
+        s = comm_mpi_allreduce(buf, count, sizeof(float), MPI_FLOAT, MPI_SUM, c->mpi);
         if (op == FSDP_AVG) scale_f32(buf, count, 1.0f / (float)c->size);
     } else {
         s = mpi_all_reduce_bf16(c, buf, count, op);
     }
-    size_t esize = fsdp_dtype_size(dt);  // bytes this rank sends: ring-like, or the bf16 all-gather of it all
-    account(c, t0, !c->shm && dt == FSDP_BF16 ? count * esize * (size_t)(c->size - 1)
-                                               : 2 * count * esize * (size_t)(c->size - 1) / (size_t)c->size);
+    account(c, t0, all_reduce_bytes(c, count, dt));
     return s;
 }
 
@@ -293,7 +304,7 @@ fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt,
     if (c->size == 1) return FSDP_OK;
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "broadcast", 4, count));
-    fsdp_status s = comm_mpi_check(MPI_Bcast(buf, (int)count, mpi_type(dt), root, c->mpi), "MPI_Bcast");
+    fsdp_status s = comm_mpi_bcast(buf, count, fsdp_dtype_size(dt), mpi_type(dt), root, c->mpi);
     account(c, t0, c->rank == root ? count * fsdp_dtype_size(dt) : 0);
     return s;
 }
@@ -309,7 +320,7 @@ fsdp_status fsdp_barrier(fsdp_comm *c) {
 fsdp_status fsdp_all_reduce_double(fsdp_comm *c, double *value) {
     if (c->size == 1) return FSDP_OK;
     enter("all_reduce(double)");
-    fsdp_status s = comm_mpi_check(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->mpi), "MPI_Allreduce");
+    fsdp_status s = comm_mpi_allreduce(value, 1, sizeof *value, MPI_DOUBLE, MPI_SUM, c->mpi);
     leave();
     return s;
 }
@@ -326,40 +337,37 @@ static fsdp_status new_request(fsdp_comm *c, fsdp_comm_request **req) {
 fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                              fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
-    if (c->backend == COMM_LOCAL || c->shm || c->size == 1) return fsdp_all_gather(c, send, recv, count, dt);
-    size_t bytes = count * fsdp_dtype_size(dt);
-    const void *src = send == (const unsigned char *)recv + (size_t)c->rank * bytes ? MPI_IN_PLACE : send;
-    (*req)->bytes = bytes * (size_t)(c->size - 1);
-    return comm_mpi_check(MPI_Iallgather(src, (int)count, mpi_type(dt), recv, (int)count, mpi_type(dt), c->mpi,
-                                    &(*req)->mpi), "MPI_Iallgather");
+    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || count > fsdp_comm_max_count())
+        return fsdp_all_gather(c, send, recv, count, dt);  // runs to completion (split: piece by piece)
+    size_t esize = fsdp_dtype_size(dt);
+    (*req)->bytes = count * esize * (size_t)(c->size - 1);
+    return comm_mpi_iallgather(send, recv, count, esize, mpi_type(dt), c->mpi, c->rank, &(*req)->mpi);
 }
 
 fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                  fsdp_reduce_op op, fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
-    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32)
-        return fsdp_reduce_scatter(c, send, recv, count, dt, op);
+    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
+        return fsdp_reduce_scatter(c, send, recv, count, dt, op);  // runs to completion
     (*req)->bytes = count * sizeof(float) * (size_t)(c->size - 1);
     if (op == FSDP_AVG) {
         (*req)->scale_buf = recv;
         (*req)->scale_count = count;
     }
-    return comm_mpi_check(MPI_Ireduce_scatter_block(send, recv, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
-                     "MPI_Ireduce_scatter_block");
+    return comm_mpi_ireduce_scatter(send, recv, count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi);
 }
 
 fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
                              fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
-    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32)
-        return fsdp_all_reduce(c, buf, count, dt, op);
-    (*req)->bytes = 2 * count * sizeof(float);
+    if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
+        return fsdp_all_reduce(c, buf, count, dt, op);  // runs to completion
+    (*req)->bytes = all_reduce_bytes(c, count, dt);  // as the blocking form accounts it
     if (op == FSDP_AVG) {
         (*req)->scale_buf = buf;
         (*req)->scale_count = count;
     }
-    return comm_mpi_check(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi),
-                     "MPI_Iallreduce");
+    return comm_mpi_iallreduce(buf, count, MPI_FLOAT, MPI_SUM, c->mpi, &(*req)->mpi);
 }
 
 fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {

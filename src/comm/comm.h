@@ -9,6 +9,8 @@
 //   all_reduce(buf, count):             buf (count) = op over ranks, in place
 //   broadcast(buf, count, root):        buf (count) = root's buf
 // Every rank of the group must make the same calls in the same order with the same counts.
+// Counts are size_t end to end: a collective larger than one MPI call may carry (MPI's counts are int;
+// see fsdp_comm_set_max_count) runs as several MPI calls on pieces of the buffers.
 #pragma once
 #include <stddef.h>
 
@@ -40,9 +42,21 @@ fsdp_status fsdp_barrier(fsdp_comm *c);
 // all_reduce of one double (sum): global loss and norms
 fsdp_status fsdp_all_reduce_double(fsdp_comm *c, double *value);
 
+// Elements per MPI call (of the call's MPI datatype; bytes where MPI counts bytes): a collective of more
+// elements per rank is split into pieces of at most this many, one MPI call each, in the same order
+// on every rank. Default INT_MAX (MPI's largest count: collectives that fit run as one call, exactly as
+// unsplit); the environment variable FSDP_COMM_MAX_COUNT (a positive integer, read once) lowers the
+// default, and fsdp_comm_set_max_count(n) overrides it for this process (n = 0 restores the default;
+// n is clamped to 1..INT_MAX). Every rank of a group must run with the same limit. For tests: small
+// limits exercise the splitting on small buffers.
+void fsdp_comm_set_max_count(size_t n);
+size_t fsdp_comm_max_count(void);  // the limit now in force
+
 // Nonblocking forms: start now, complete with fsdp_comm_wait/test. Buffers must stay untouched until
 // completion. Where the backend cannot run a collective in the background (local, shared memory) the
-// start runs it to completion and the request is already done.
+// start runs it to completion and the request is already done; so does a collective that must be split
+// (more elements than fsdp_comm_max_count per MPI call: the pieces run one after another), and bf16
+// reduce-scatters and all-reduces over MPI (summed here, after an exchange).
 typedef struct fsdp_comm_request fsdp_comm_request;
 fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                              fsdp_comm_request **req);

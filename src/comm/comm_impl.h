@@ -1,6 +1,7 @@
 // comm_impl.h: the process-group struct shared by the comm backends (not part of the public API).
 #pragma once
 #include <mpi.h>
+#include <stdint.h>
 
 #include "comm/comm.h"
 
@@ -23,8 +24,8 @@ struct fsdp_comm {
     int barrier_spins;   // polls before a waiting rank yields its CPU: few when ranks share CPUs
     struct shm_region *regions;  // (n_regions,) buffers from fsdp_comm_alloc_shared
     int n_regions;
-    int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count) across ranks first
-    long calls_issued;   // collectives issued on this group (the sequence number)
+    int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count, elements per MPI call) across ranks first
+    int64_t calls_issued;  // collectives issued on this group (the sequence number)
     fsdp_comm_stats stats;
 };
 
@@ -42,6 +43,35 @@ struct fsdp_comm_request {
     double started;
     size_t bytes;
 };
+
+// MPI calls with a count (comm_mpi.c). Counts are size_t; each MPI call carries at most
+// fsdp_comm_max_count() elements, so a larger collective runs as pieces, one MPI call each, in the same
+// order on every rank; one that fits is a single call with the arguments MPI would get unsplit. esize:
+// bytes per element of t. Each returns FSDP_OK or the failing call's error (comm_mpi_check); on an
+// error the remaining pieces are not issued.
+// buf (count,) = op over ranks of buf, in place
+fsdp_status comm_mpi_allreduce(void *buf, size_t count, size_t esize, MPI_Datatype t, MPI_Op op, MPI_Comm m);
+// buf (count,) = root's buf. Count 0 still makes one call (MPI checks the arguments).
+fsdp_status comm_mpi_bcast(void *buf, size_t count, size_t esize, MPI_Datatype t, int root, MPI_Comm m);
+// recv (size, count) = every rank's send (count,), in rank order; in place when send is MPI_IN_PLACE or
+// recv + rank * count * esize. Split: piece by piece through a strided derived datatype, no copies.
+fsdp_status comm_mpi_allgather(const void *send, void *recv, size_t count, size_t esize, MPI_Datatype t, MPI_Comm m,
+                               int rank);
+// recv (size, count): block q = rank q's send block `rank`; send (size, count)
+fsdp_status comm_mpi_alltoall(const void *send, void *recv, size_t count, size_t esize, MPI_Datatype t, MPI_Comm m);
+// recv (count,) = op over ranks of their send (size, count) block `rank`. Split: each piece's
+// (size, piece) elements are packed into a temporary (at most 256 MiB) and reduced from there.
+fsdp_status comm_mpi_reduce_scatter(const void *send, void *recv, size_t count, size_t esize, MPI_Datatype t,
+                                    MPI_Op op, MPI_Comm m, int size);
+// Nonblocking, one MPI call: count must be <= fsdp_comm_max_count() (a larger one goes through the
+// blocking forms above). Same shapes as their blocking forms.
+fsdp_status comm_mpi_iallgather(const void *send, void *recv, size_t count, size_t esize, MPI_Datatype t, MPI_Comm m,
+                                int rank, MPI_Request *req);
+fsdp_status comm_mpi_ireduce_scatter(const void *send, void *recv, size_t count, MPI_Datatype t, MPI_Op op, MPI_Comm m,
+                                     MPI_Request *req);
+fsdp_status comm_mpi_iallreduce(void *buf, size_t count, MPI_Datatype t, MPI_Op op, MPI_Comm m, MPI_Request *req);
+// MPI calls with a count this process has issued so far, every piece counted (for tests)
+size_t fsdp_comm_mpi_calls(void);
 
 // Collective over m: how many of m's ranks (this one included) may run on one of this process's CPUs;
 // -1 when the affinity masks cannot be read or exchanged (comm_node.c)

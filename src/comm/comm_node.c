@@ -24,12 +24,14 @@ int fsdp_launcher_local_ranks(int *bound) {
 int comm_sharing_ranks(MPI_Comm m) {
     cpu_set_t mine;
     CPU_ZERO(&mine);
-    int n = 0;
+    int n = 0, rank = 0;
     MPI_Comm_size(m, &n);
+    MPI_Comm_rank(m, &rank);
     cpu_set_t *all = malloc(sizeof(cpu_set_t) * (size_t)n);  // (n,) every rank's mask
-    int ok = all != NULL && sched_getaffinity(0, sizeof mine, &mine) == 0, everyone = 0;
-    MPI_Allreduce(&ok, &everyone, 1, MPI_INT, MPI_MIN, m);  // all ranks gather, or none
-    if (!everyone || MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, m) != MPI_SUCCESS) {
+    // this rank can take part; after the MIN all-reduce: every rank can (all ranks gather, or none)
+    int everyone = all != NULL && sched_getaffinity(0, sizeof mine, &mine) == 0;
+    if (comm_mpi_allreduce(&everyone, 1, sizeof everyone, MPI_INT, MPI_MIN, m) != FSDP_OK) everyone = 0;
+    if (!everyone || comm_mpi_allgather(&mine, all, sizeof mine, 1, MPI_BYTE, m, rank) != FSDP_OK) {
         free(all);
         return -1;
     }

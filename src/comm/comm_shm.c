@@ -79,9 +79,8 @@ fsdp_status comm_shm_setup(fsdp_comm *c) {
     int node_size = 0;
     fsdp_status s = comm_mpi_check(MPI_Comm_size(node, &node_size), "MPI_Comm_size");
     (void)MPI_Comm_free(&node);
-    int all_local = node_size == c->size, everyone = 0;
-    if (s == FSDP_OK)
-        s = comm_mpi_check(MPI_Allreduce(&all_local, &everyone, 1, MPI_INT, MPI_MIN, c->mpi), "MPI_Allreduce");
+    int everyone = node_size == c->size;  // this rank's group lies on its node; after the MIN: every rank's
+    if (s == FSDP_OK) s = comm_mpi_allreduce(&everyone, 1, sizeof everyone, MPI_INT, MPI_MIN, c->mpi);
     FSDP_CHECK(s);
     if (!everyone || getenv("FSDP_COMM_NO_SHM")) return FSDP_OK;
     c->seg = calloc((size_t)c->size, sizeof(unsigned char *));

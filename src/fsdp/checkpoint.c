@@ -37,32 +37,47 @@ static fsdp_status agree(fsdp_state *s, fsdp_status mine, const char *what) {
     return failed > 0 ? fsdp_error(FSDP_ERR_IO, "%s failed on another rank", what) : FSDP_OK;
 }
 
+// This rank's pieces of every parameter (and its AdamW moments), streamed from device memory through
+// the bounded host staging: the header lists every tensor first, then the data follows in that order.
 static fsdp_status write_shard(fsdp_state *s, const char *path) {
-    st_writer *w = st_writer_new(path);
+    st_writer *w = st_writer_new_stream(path);
     if (!w) return FSDP_ERR_NOMEM;
-    fsdp_status st = st_writer_add_metadata(w, "format", CKPT_FORMAT);
-    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
-        const fsdp_unit *u = &s->units[ui];
-        for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
-            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
-            if (!pc.count) continue;
-            const char *name = u->params[i]->name;
-            int64_t shape[1] = {pc.count};
-            char key[NN_NAME_MAX + 32];
-            st = st_writer_add(w, name, ST_F32, 1, shape, u->shard + pc.shard_pos);
-            if (st == FSDP_OK && s->have_opt) {
-                snprintf(key, sizeof key, "exp_avg.%s", name);
-                st = st_writer_add(w, key, ST_F32, 1, shape, s->opt.m + u->opt_offset + pc.shard_pos);
-                snprintf(key, sizeof key, "exp_avg_sq.%s", name);
-                if (st == FSDP_OK) st = st_writer_add(w, key, ST_F32, 1, shape, s->opt.v + u->opt_offset + pc.shard_pos);
+    fsdp_stage g;
+    fsdp_status st = fsdp_stage_open(s, &g);
+    if (st == FSDP_OK) st = st_writer_add_metadata(w, "format", CKPT_FORMAT);
+    for (int pass = 0; pass < 2 && st == FSDP_OK; pass++) {  // 0: the header's entries, 1: their data
+        for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
+            const fsdp_unit *u = &s->units[ui];
+            for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
+                fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+                if (!pc.count) continue;
+                const char *name = u->params[i]->name;
+                int64_t shape[1] = {pc.count};
+                const float *src[3] = {u->shard + pc.shard_pos, NULL, NULL};  // (count,) device each
+                const char *prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
+                if (s->have_opt) {
+                    src[1] = s->opt.m + u->opt_offset + pc.shard_pos;
+                    src[2] = s->opt.v + u->opt_offset + pc.shard_pos;
+                }
+                for (int t = 0; t < 3 && src[t] && st == FSDP_OK; t++) {
+                    char key[NN_NAME_MAX + 32];
+                    snprintf(key, sizeof key, "%s%s", prefix[t], name);
+                    if (pass == 0) {
+                        st = st_writer_add(w, key, ST_F32, 1, shape, NULL);
+                    } else {
+                        st = fsdp_stage_write(&g, w, src[t], pc.count);
+                    }
+                }
             }
         }
+        if (pass == 0 && st == FSDP_OK) st = st_writer_stream_begin(w);
     }
+    fsdp_stage_close(&g);
     if (st != FSDP_OK) {
         st_writer_free(w);
         return st;
     }
-    return st_writer_commit(w);
+    return st_writer_stream_commit(w);
 }
 
 // rank 0: shapes, every writer's pieces (computed from the layout), trainer state and checksums
@@ -216,12 +231,14 @@ fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trai
 
 static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trainer_state *ts) {
     int R = fsdp_comm_rank(s->world);
-    float *flat = fsdp_alloc_unit_buffer(s);
+    float *flat = fsdp_alloc_unit_buffer(s);  // (largest padded,) device
     if (!flat) return FSDP_ERR_NOMEM;
+    fsdp_stage g = {s, NULL};
     st_writer *w = NULL;
     fsdp_status st = FSDP_OK, cs = FSDP_OK;
     static const char *kinds[2] = {"exp_avg.", "exp_avg_sq."};
-    if (R == 0) {
+    if (R == 0) st = fsdp_stage_open(s, &g);
+    if (R == 0 && st == FSDP_OK) {
         w = st_writer_new_stream(path);
         st = w ? st_writer_add_metadata(w, "format", "fsdp.c full checkpoint v1") : FSDP_ERR_NOMEM;
         char val[64];
@@ -248,10 +265,11 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
             const fsdp_unit *u = &s->units[ui];
             cs = fsdp_gather_flat(s, u, (k ? s->opt.v : s->opt.m) + u->opt_offset, flat);
             for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
-                st = st_writer_stream_data(w, flat + u->offsets[i], sizeof(float) * (size_t)u->params[i]->numel);
+                st = fsdp_stage_write(&g, w, flat + u->offsets[i], u->params[i]->numel);
         }
     if (w) st = (st == FSDP_OK && cs == FSDP_OK) ? st_writer_stream_commit(w) : (st_writer_free(w), st);
-    fsdp_free(flat);
+    fsdp_stage_close(&g);
+    fsdp_dev_free(s->dev, flat);
     return cs != FSDP_OK ? cs : st;
 }
 
@@ -305,9 +323,9 @@ static int64_t meta_int(const st_file *f, const char *key, int64_t dflt) {
 
 // Fills dst (count,) = elements [first, first+count) of `tensor` (a parameter, or its exp_avg/exp_avg_sq
 // when prefix is set), from whichever saved pieces cover them.
-static fsdp_status read_range(const char *dir, const st_file *index, shard_cache *c, const char *prefix,
-                              const nn_param *p, const int64_t *rows, int n_rows, int64_t first, int64_t count,
-                              float *dst) {
+static fsdp_status read_range(fsdp_stage *g, const char *dir, const st_file *index, shard_cache *c,
+                              const char *prefix, const nn_param *p, const int64_t *rows, int n_rows, int64_t first,
+                              int64_t count, float *dst) {
     char name[NN_NAME_MAX + 32];
     snprintf(name, sizeof name, "%s%s", prefix, p->name);
     int64_t covered = 0;
@@ -318,7 +336,7 @@ static fsdp_status read_range(const char *dir, const st_file *index, shard_cache
         st_file *f = NULL;
         FSDP_CHECK(open_shard(dir, index, c, (int)rank, &f));
         int64_t shape[1] = {n};
-        FSDP_CHECK(st_read_f32_range(f, name, dst + (lo - first), 1, shape, lo - b, hi - lo));
+        FSDP_CHECK(fsdp_stage_read(g, f, name, 1, shape, lo - b, hi - lo, dst + (lo - first)));
         covered += hi - lo;
     }
     if (covered != count)
@@ -327,8 +345,9 @@ static fsdp_status read_range(const char *dir, const st_file *index, shard_cache
     return FSDP_OK;
 }
 
-static fsdp_status load_into(fsdp_state *s, const char *dir, const st_file *index, float *shards, float *m, float *v,
-                             int with_opt) {
+// Fills the device staging buffers shards, m, v (local numel,) in unit order from the pieces saved.
+static fsdp_status load_into(fsdp_state *s, fsdp_stage *g, const char *dir, const st_file *index, float *shards,
+                             float *m, float *v, int with_opt) {
     shard_cache cache = {(int)meta_int(index, "world_size", 0), NULL};
     if (cache.n <= 0) return fsdp_error(FSDP_ERR_FORMAT, "%s: index has no world_size", dir);
     cache.files = calloc((size_t)cache.n, sizeof(st_file *));
@@ -378,13 +397,13 @@ static fsdp_status load_into(fsdp_state *s, const char *dir, const st_file *inde
             for (int r = 0; st == FSDP_OK && r < 3 * n_rows; r++) rows[r] = rows32[r];
             fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             if (st == FSDP_OK && pc.count) {
-                st = read_range(dir, index, &cache, "", p, rows, n_rows, pc.elem_begin, pc.count,
+                st = read_range(g, dir, index, &cache, "", p, rows, n_rows, pc.elem_begin, pc.count,
                                 shards + base + pc.shard_pos);
                 if (st == FSDP_OK && with_opt)
-                    st = read_range(dir, index, &cache, "exp_avg.", p, rows, n_rows, pc.elem_begin, pc.count,
+                    st = read_range(g, dir, index, &cache, "exp_avg.", p, rows, n_rows, pc.elem_begin, pc.count,
                                     m + base + pc.shard_pos);
                 if (st == FSDP_OK && with_opt)
-                    st = read_range(dir, index, &cache, "exp_avg_sq.", p, rows, n_rows, pc.elem_begin, pc.count,
+                    st = read_range(g, dir, index, &cache, "exp_avg_sq.", p, rows, n_rows, pc.elem_begin, pc.count,
                                     v + base + pc.shard_pos);
             }
             free(rows);
@@ -399,8 +418,8 @@ static fsdp_status load_into(fsdp_state *s, const char *dir, const st_file *inde
 
 // A full checkpoint: every rank reads its pieces of each tensor from model.safetensors and
 // optimizer.safetensors into the staging buffers.
-static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model, st_file *optim, float *shards,
-                                  float *m, float *v, int with_opt) {
+static fsdp_status load_full_into(fsdp_state *s, fsdp_stage *g, const char *dir, st_file *model, st_file *optim,
+                                  float *shards, float *m, float *v, int with_opt) {
     fsdp_status st = FSDP_OK;
     int64_t base = 0;
     for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
@@ -410,14 +429,14 @@ static fsdp_status load_full_into(fsdp_state *s, const char *dir, st_file *model
             fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
             if (!pc.count) continue;
             char name[NN_NAME_MAX + 16];
-            st = st_read_f32_range(model, p->name, shards + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin,
-                                   pc.count);
+            st = fsdp_stage_read(g, model, p->name, p->ndim, p->shape, pc.elem_begin, pc.count,
+                                 shards + base + pc.shard_pos);
             snprintf(name, sizeof name, "exp_avg.%s", p->name);
             if (st == FSDP_OK && with_opt)
-                st = st_read_f32_range(optim, name, m + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
+                st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, m + base + pc.shard_pos);
             snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
             if (st == FSDP_OK && with_opt)
-                st = st_read_f32_range(optim, name, v + base + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
+                st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, v + base + pc.shard_pos);
         }
         base += u->shard_numel;
     }
@@ -472,12 +491,19 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
     if (st == FSDP_OK && full) st = st_open(path, &model);
     int64_t local = fsdp_local_numel(s);
     int with_opt = s->have_opt;
-    float *shards = fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER);
-    float *m = with_opt ? fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER) : NULL;
-    float *v = with_opt ? fsdp_alloc(sizeof(float) * (size_t)(local ? local : 1), FSDP_MEM_OTHER) : NULL;
+    // device staging of everything this rank will hold: the live model is only touched once every
+    // rank has read everything (all or nothing)
+    size_t bytes = sizeof(float) * (size_t)(local ? local : 1);
+    float *shards = fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER);           // (local,) device
+    float *m = with_opt ? fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER) : NULL;  // (local,) device
+    float *v = with_opt ? fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER) : NULL;  // (local,) device
+    fsdp_stage g = {s, NULL};
     if (st == FSDP_OK && (!shards || (with_opt && (!m || !v)))) st = FSDP_ERR_NOMEM;
+    if (st == FSDP_OK) st = fsdp_stage_open(s, &g);
     if (st == FSDP_OK)
-        st = full ? load_full_into(s, dir, model, index, shards, m, v, with_opt) : load_into(s, dir, index, shards, m, v, with_opt);
+        st = full ? load_full_into(s, &g, dir, model, index, shards, m, v, with_opt)
+                  : load_into(s, &g, dir, index, shards, m, v, with_opt);
+    fsdp_stage_close(&g);
     fsdp_trainer_state loaded = {0, 0, 0};
     int64_t adam_step = 0;
     if (st == FSDP_OK) {
@@ -493,10 +519,11 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
         int64_t base = 0;
         for (int ui = 0; ui < s->n_units; ui++) {
             fsdp_unit *u = &s->units[ui];
-            memcpy(u->shard, shards + base, sizeof(float) * (size_t)u->shard_numel);
+            size_t ub = sizeof(float) * (size_t)u->shard_numel;
+            fsdp_copy_d2d(s->compute, u->shard, shards + base, ub);
             if (with_opt) {
-                memcpy(s->opt.m + u->opt_offset, m + base, sizeof(float) * (size_t)u->shard_numel);
-                memcpy(s->opt.v + u->opt_offset, v + base, sizeof(float) * (size_t)u->shard_numel);
+                fsdp_copy_d2d(s->compute, s->opt.m + u->opt_offset, m + base, ub);
+                fsdp_copy_d2d(s->compute, s->opt.v + u->opt_offset, v + base, ub);
             }
             base += u->shard_numel;
         }
@@ -504,8 +531,9 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
         s->step = loaded.step;
         if (ts) *ts = loaded;
     }
-    fsdp_free(shards);
-    fsdp_free(m);
-    fsdp_free(v);
+    if (st == FSDP_OK) st = fsdp_stream_synchronize(s->compute);
+    fsdp_dev_free(s->dev, shards);
+    fsdp_dev_free(s->dev, m);
+    fsdp_dev_free(s->dev, v);
     return st;
 }

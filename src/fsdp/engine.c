@@ -1,5 +1,14 @@
 // engine.c: the unit lifecycle (unshard, bind the original parameters, reshard), gradient
 // reduction, the hooks on the model's blocks, and the sharded optimizer step.
+//
+// Streams (device/device.h): the model, the optimizer and norms run on the device's compute stream;
+// every all-gather and reduce-scatter, with the casts and adds that belong to it, on its comm stream.
+// The two meet only at events: the comm stream waits for `compute_done` before it reads what compute
+// wrote (shards after the optimizer, gradients after a backward), compute waits for a unit's
+// `gathered` before it uses the unit's parameters and for `comm_done` before it reads reduced
+// gradients. That is how prefetch (the next unit's all-gather issued before this unit computes),
+// limit_all_gathers and reduce-scatter overlap are expressed; on the CPU device the events complete
+// as soon as the host waits for them.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +22,7 @@
 #include "prof/trace.h"
 
 // Points u's parameters (or their gradients) at their places in a flat buffer (NULL: unbinds them).
-// Parameters gathered in bf16 (param_dtype) are bound as bf16 views.
+// Parameters gathered in bf16 (param_dtype) are bound as bf16 views. No memory is touched.
 static void bind_params(const fsdp_state *s, fsdp_unit *u, float *flat, int grads) {
     int b16 = !grads && s->cfg.param_dtype == FSDP_BF16;
     for (int i = 0; i < u->n_params; i++) {
@@ -42,24 +51,37 @@ static fsdp_status with_context(const fsdp_state *s, const fsdp_unit *u, const c
     return fsdp_error(st, "rank %d, step %ld, unit %s, %s: %s", fsdp_comm_rank(s->world), s->step, u->name, op, msg);
 }
 
-fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst) {
-    if (s->replicated) {
-        if (dst != src) memcpy(dst, src, sizeof(float) * (size_t)u->padded);
-        return FSDP_OK;
-    }
-    memcpy(dst + u->shard_begin, src, sizeof(float) * (size_t)u->shard_numel);
-    return fsdp_all_gather(s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel, FSDP_F32);
+// The comm stream's later work sees everything compute has done so far.
+static fsdp_status comm_after_compute(fsdp_state *s) {
+    FSDP_CHECK(fsdp_event_record(s->compute_done, s->compute));
+    return fsdp_stream_wait_event(s->comm_stream, s->compute_done);
 }
 
-// acc (n,) += src (n,) bf16
-static void add_bf16(float *acc, const uint16_t *src, size_t n) {
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) acc[i] += fsdp_bf16_to_f32(src[i]);
+// Compute's later work sees everything the comm stream has done so far.
+static fsdp_status compute_after_comm(fsdp_state *s) {
+    FSDP_CHECK(fsdp_event_record(s->comm_done, s->comm_stream));
+    return fsdp_stream_wait_event(s->compute, s->comm_done);
+}
+
+fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst) {
+    if (s->replicated) return dst != src ? fsdp_copy_d2d(s->compute, dst, src, sizeof(float) * (size_t)u->padded) : FSDP_OK;
+    FSDP_CHECK(fsdp_copy_d2d(s->compute, dst + u->shard_begin, src, sizeof(float) * (size_t)u->shard_numel));
+    FSDP_CHECK(fsdp_dev_all_gather(s->compute, s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel,
+                                   FSDP_F32));
+    return fsdp_stream_synchronize(s->compute);
 }
 
 const fsdp_kernels *fsdp_compute_kernels(const fsdp_state *s) {
-    return s->cfg.param_dtype == FSDP_BF16 ? fsdp_kernels_cpu_bf16() : fsdp_kernels_cpu();
+    return fsdp_dev_kernels(s->dev, s->cfg.param_dtype == FSDP_BF16);
 }
+
+nn_ctx fsdp_model_ctx(const fsdp_state *s, int training, uint64_t seed, uint64_t step) {
+    nn_ctx c = {.k = fsdp_compute_kernels(s), .dev = s->dev, .stream = s->compute, .training = training,
+                .seed = seed, .step = step};
+    return c;
+}
+
+fsdp_dev *fsdp_state_device(const fsdp_state *s) { return s->dev; }
 
 // A gathered-parameter buffer for u from the preallocated pool (or the allocator if the pool is
 // exhausted, which the pool's sizing rules out).
@@ -70,7 +92,7 @@ static float *take_buffer(fsdp_state *s, const fsdp_unit *u) {
             s->pool_busy[i] = 1;
             return s->pool[i];
         }
-    return fsdp_alloc(fsdp_dtype_size(s->cfg.param_dtype) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+    return fsdp_dev_alloc(s->dev, fsdp_dtype_size(s->cfg.param_dtype) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
 }
 
 static void give_buffer(fsdp_state *s, float *buf) {
@@ -80,34 +102,37 @@ static void give_buffer(fsdp_state *s, float *buf) {
             s->pool_busy[i] = 0;
             return;
         }
-    fsdp_free(buf);
+    fsdp_dev_free(s->dev, buf);
 }
 
 static int unsharded_block_units(const fsdp_state *s) {
     int n = 0;
-    for (int i = 0; i < s->n_units; i++) n += s->units[i].block >= 0 && s->units[i].full != NULL;
+    for (int i = 0; i < s->n_units; i++) n += s->units[i].block >= 0 && s->units[i].state != UNIT_SHARDED;
     return n;
 }
 
-// Starts gathering u's flat parameter into a fresh full buffer (nonblocking where the backend can).
+// SHARDED -> GATHERING: starts gathering u's flat parameter into a pool buffer on the comm stream.
 // respect_limit: a prefetch is skipped when limit_all_gathers block units are already unsharded.
 static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit) {
-    if (u->full) return FSDP_OK;
+    if (u->state != UNIT_SHARDED) return FSDP_OK;
     int lp = s->cfg.param_dtype == FSDP_BF16;
     if (s->replicated && !lp) {
         u->full = u->shard;  // replicated: the shard is the whole flat parameter
+        u->state = UNIT_UNSHARDED;
         return FSDP_OK;
     }
-    if (s->replicated) {  // param_dtype bf16: a bf16 copy of the replica
-        u->full = take_buffer(s, u);
-        if (!u->full) return FSDP_ERR_NOMEM;
-        fsdp_f32_to_bf16_array((fsdp_bf16 *)u->full, u->shard, (size_t)u->padded);
-        return FSDP_OK;
-    }
-    if (respect_limit && s->cfg.limit_all_gathers > 0 && unsharded_block_units(s) >= s->cfg.limit_all_gathers)
+    if (!s->replicated && respect_limit && s->cfg.limit_all_gathers > 0 &&
+        unsharded_block_units(s) >= s->cfg.limit_all_gathers)
         return FSDP_OK;
     u->full = take_buffer(s, u);
     if (!u->full) return FSDP_ERR_NOMEM;
+    u->state = UNIT_GATHERING;
+    FSDP_CHECK(comm_after_compute(s));  // the shard as the last optimizer step left it
+    fsdp_stream *cs = s->comm_stream;
+    if (s->replicated) {  // param_dtype bf16: a bf16 copy of the replica
+        s->k->f32_to_bf16(cs, (fsdp_bf16 *)u->full, u->shard, (size_t)u->padded);
+        return fsdp_event_record(u->gathered, cs);
+    }
     if (fsdp_fault_desync(fsdp_comm_rank(s->world), u->index, s->step)) {  // test hook: a stray collective
         double stray = 0.0;
         FSDP_CHECK(with_context(s, u, "stray all_reduce before its all_gather (FSDP_TEST_DESYNC)",
@@ -118,114 +143,123 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     fsdp_trace_add_bytes(bytes);
     double t0 = fsdp_now_sec();
     fsdp_status st;
-    if (u->offloaded) fsdp_offload_prefetch(u->shard, sizeof(float) * (size_t)u->shard_numel);
+    if (u->storage == SHARD_OFFLOADED) fsdp_offload_prefetch(u->shard, sizeof(float) * (size_t)u->shard_numel);
     if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered
         fsdp_bf16 *gathered = (fsdp_bf16 *)u->full;  // (padded,)
         fsdp_bf16 *mine = u->shard_lp ? u->shard_lp : gathered + u->shard_begin;
-        fsdp_f32_to_bf16_array(mine, u->shard, (size_t)u->shard_numel);
-        st = fsdp_iall_gather(s->shard_comm, mine, gathered, (size_t)u->shard_numel, FSDP_BF16, &u->gather);
-    } else if (u->shard_shared) {  // zero-copy: the peers' shards are read where they live
-        st = fsdp_iall_gather(s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32, &u->gather);
+        s->k->f32_to_bf16(cs, mine, u->shard, (size_t)u->shard_numel);
+        st = fsdp_dev_all_gather(cs, s->shard_comm, mine, gathered, (size_t)u->shard_numel, FSDP_BF16);
+    } else if (u->storage == SHARD_SHARED) {  // zero-copy: the peers' shards are read where they live
+        st = fsdp_dev_all_gather(cs, s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32);
     } else {
-        memcpy(u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
-        st = fsdp_iall_gather(s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel, FSDP_F32,
-                              &u->gather);
+        st = fsdp_copy_d2d(cs, u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
+        if (st == FSDP_OK)
+            st = fsdp_dev_all_gather(cs, s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel,
+                                     FSDP_F32);
     }
+    if (st == FSDP_OK) st = fsdp_event_record(u->gathered, cs);
     fsdp_trace_end();
     log_collective(s, u, "all_gather", bytes, fsdp_now_sec() - t0);
     return with_context(s, u, "all_gather", st);
 }
 
+// -> UNSHARDED: compute waits for the gather, then the original parameters are bound to it.
 fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
     FSDP_CHECK(start_unshard(s, u, 0));
-    if (u->gather) {
+    if (u->state == UNIT_GATHERING) {
         double t0 = fsdp_now_sec();
-        fsdp_status st = fsdp_comm_wait(u->gather);
-        u->gather = NULL;
+        fsdp_status st = fsdp_stream_wait_event(s->compute, u->gathered);
         s->comm_wait_seconds += fsdp_now_sec() - t0;
-        FSDP_CHECK(st);
+        FSDP_CHECK(with_context(s, u, "all_gather", st));
+        u->state = UNIT_UNSHARDED;
     }
     bind_params(s, u, u->full, 0);
     return FSDP_OK;
 }
 
+// -> SHARDED. A prefetch nobody used is completed first (its buffer goes back to the pool).
 void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
-    if (u->gather) {  // a prefetch nobody used: complete it before freeing its buffer
-        fsdp_comm_wait(u->gather);
-        u->gather = NULL;
+    if (u->state == UNIT_SHARDED) return;
+    if (u->state == UNIT_GATHERING) fsdp_event_synchronize(u->gathered);
+    if (u->full != u->shard) {
+        // the next user of the buffer may be an all-gather on the comm stream: it starts after compute
+        // is done with this one (comm_after_compute at every start_unshard)
+        give_buffer(s, u->full);
     }
-    if (!u->full) return;
-    if (u->full != u->shard) give_buffer(s, u->full);
     u->full = NULL;
+    u->state = UNIT_SHARDED;
     bind_params(s, u, NULL, 0);
-    (void)s;
 }
 
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
-    if (!u->full_grad && s->staging[0] && s->sync && u->block >= 0) {
+    if (u->grad == GRAD_NONE && s->staging[0] && s->sync && u->block >= 0) {
         // this micro-step's gradients go straight into shared memory: the reduce-scatter reads them in
         // place. Two buffers alternate, so a buffer is only rewritten after every rank has passed the
         // next unit's reduce-scatter, i.e. finished reading it.
         u->full_grad = s->staging[s->next_staging];
         s->next_staging ^= 1;
         u->grad_staged = 1;
-        memset(u->full_grad, 0, sizeof(float) * (size_t)u->padded);
+        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->padded));
     }
     if (!u->full_grad) {
-        u->full_grad = fsdp_alloc(sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+        u->full_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
         if (!u->full_grad) return FSDP_ERR_NOMEM;
     }
+    u->grad = GRAD_BOUND;
     bind_params(s, u, u->full_grad, 1);
-    (void)s;
     return FSDP_OK;
 }
 
 // Reduces this micro-step's unsharded gradients into the gradient shard (average over all ranks),
-// or keeps them for later under no_sync.
+// or keeps them for later under no_sync (GRAD_PENDING). The reduction runs on the comm stream.
 fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     bind_params(s, u, NULL, 1);
-    if (!u->full_grad) return FSDP_OK;
+    if (u->grad == GRAD_NONE) return FSDP_OK;
     if (!s->sync) {
-        u->grad_pending = 1;
+        u->grad = GRAD_PENDING;
         return FSDP_OK;
     }
-    const fsdp_kernels *k = fsdp_kernels_cpu();
+    const fsdp_kernels *k = s->k;
+    fsdp_stream *cs = s->comm_stream;
     const char *op = s->replicated ? "all_reduce" : "reduce_scatter";
     int lp = s->cfg.reduce_dtype == FSDP_BF16;
     size_t bytes = (lp ? sizeof(uint16_t) : sizeof(float)) * (size_t)u->padded;
+    FSDP_CHECK(comm_after_compute(s));  // the backward's gradients
     fsdp_trace_begin(op, FSDP_SPAN_COMM, u->name);
     fsdp_trace_add_bytes(bytes);
     double t0 = fsdp_now_sec();
     fsdp_status st;
     if (lp) {  // bf16 on the wire: the gradients become bf16 in place, then fp32 sums of bf16 payloads
-        fsdp_f32_to_bf16_in_place(u->full_grad, (size_t)u->padded);
-        uint16_t *g = (uint16_t *)u->full_grad, *r = (uint16_t *)s->reduce_buf;  // (padded,), (shard_numel,)
+        k->f32_to_bf16_in_place(cs, u->full_grad, (size_t)u->padded);
+        fsdp_bf16 *g = (fsdp_bf16 *)u->full_grad, *r = (fsdp_bf16 *)s->reduce_buf;  // (padded,), (shard_numel,)
         if (s->replicated) {
-            st = fsdp_all_reduce(s->world, g, (size_t)u->padded, FSDP_BF16, FSDP_AVG);
-            if (st == FSDP_OK) add_bf16(u->shard_grad, g, (size_t)u->padded);
+            st = fsdp_dev_all_reduce(cs, s->world, g, (size_t)u->padded, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, g, (size_t)u->padded);
         } else {
-            st = fsdp_reduce_scatter(s->shard_comm, g, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
+            st = fsdp_dev_reduce_scatter(cs, s->shard_comm, g, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
             if (st == FSDP_OK && s->replica_comm)
-                st = fsdp_all_reduce(s->replica_comm, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
-            if (st == FSDP_OK) add_bf16(u->shard_grad, r, (size_t)u->shard_numel);
+                st = fsdp_dev_all_reduce(cs, s->replica_comm, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, r, (size_t)u->shard_numel);
         }
     } else if (s->replicated) {
-        st = fsdp_all_reduce(s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK) k->add_inplace(u->shard_grad, u->full_grad, (size_t)u->padded);
+        st = fsdp_dev_all_reduce(cs, s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, u->full_grad, (size_t)u->padded);
     } else {
-        st = fsdp_reduce_scatter(s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32,
-                                 FSDP_AVG);
+        st = fsdp_dev_reduce_scatter(cs, s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->shard_numel,
+                                     FSDP_F32, FSDP_AVG);
         if (st == FSDP_OK && s->replica_comm)
-            st = fsdp_all_reduce(s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK) k->add_inplace(u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
+            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
     }
     fsdp_trace_end();
     log_collective(s, u, op, bytes, fsdp_now_sec() - t0);
     FSDP_CHECK(with_context(s, u, op, st));
-    if (!u->grad_staged) fsdp_free(u->full_grad);
+    // the add above ran after the collective on the same stream; a freed buffer is released once the
+    // device is done with it (device.h)
+    if (!u->grad_staged) fsdp_dev_free(s->dev, u->full_grad);
     u->full_grad = NULL;
     u->grad_staged = 0;
-    u->grad_pending = 0;
+    u->grad = GRAD_NONE;
     return FSDP_OK;
 }
 
@@ -306,7 +340,6 @@ static fsdp_status hook_post_backward(void *user, int block) {
     return FSDP_OK;
 }
 
-fsdp_status engine_install_hooks(fsdp_state *s);
 fsdp_status engine_install_hooks(fsdp_state *s) {
     s->hooks.user = s;
     s->hooks.pre_forward = hook_pre_forward;
@@ -322,7 +355,6 @@ fsdp_status engine_install_hooks(fsdp_state *s) {
         fsdp_comm_set_sequence_check(s->shard_comm, 1);
         if (s->replica_comm) fsdp_comm_set_sequence_check(s->replica_comm, 1);
     }
-    if (s->debug >= 1 && fsdp_comm_rank(s->world) == 0) fsdp_print_summary(s, stderr);
     s->order = calloc((size_t)(s->n_units ? s->n_units : 1), sizeof(int));
     if (!s->order) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     for (int i = 0; i < s->n_units; i++) s->units[i].order_pos = -1;
@@ -352,61 +384,63 @@ fsdp_status fsdp_end_backward(fsdp_state *s) {
         fsdp_reshard(s, s->root);
     }
     for (int i = 0; i < s->n_units; i++)
-        if (s->units[i].full)
+        if (s->units[i].state != UNIT_SHARDED)
             return fsdp_error(FSDP_ERR_INTERNAL, "unit %s still unsharded after backward", s->units[i].name);
-    return FSDP_OK;
+    return compute_after_comm(s);  // the optimizer reads the reduced gradient shards
 }
 
 void fsdp_zero_grad(fsdp_state *s) {
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
-        memset(u->shard_grad, 0, sizeof(float) * (size_t)u->shard_numel);
+        fsdp_dev_memset(s->compute, u->shard_grad, 0, sizeof(float) * (size_t)u->shard_numel);
     }
 }
 
 fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm) {
-    const fsdp_kernels *k = fsdp_kernels_cpu();
     double sq = 0.0;
-    for (int i = 0; i < s->n_units; i++) sq += k->sum_squares(s->units[i].shard_grad, (size_t)s->units[i].shard_numel);
+    FSDP_CHECK(fsdp_dev_memset(s->compute, s->norm_acc, 0, sizeof(double)));
+    for (int i = 0; i < s->n_units; i++)
+        s->k->sum_squares(s->compute, s->norm_acc, s->units[i].shard_grad, (size_t)s->units[i].shard_numel);
+    FSDP_CHECK(fsdp_dev_read(s->compute, &sq, s->norm_acc, sizeof(double)));  // clipping needs it now
     if (!s->replicated) FSDP_CHECK(fsdp_all_reduce_double(s->shard_comm, &sq));
     *norm = sqrt(sq);
     return FSDP_OK;
 }
 
 void fsdp_scale_grads(fsdp_state *s, float factor) {
-    const fsdp_kernels *k = fsdp_kernels_cpu();
-    for (int i = 0; i < s->n_units; i++) k->scale(s->units[i].shard_grad, factor, (size_t)s->units[i].shard_numel);
+    for (int i = 0; i < s->n_units; i++)
+        s->k->scale(s->compute, s->units[i].shard_grad, factor, (size_t)s->units[i].shard_numel);
 }
 
 fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
-    int64_t n = fsdp_local_numel(s);
+    int64_t n = 0;  // this rank's shard elements: the optimizer state's size
+    for (int i = 0; i < s->n_units; i++) n += s->units[i].shard_numel;
     if (s->cfg.offload_dir) {  // the moments in mapped files too
         size_t bytes = sizeof(float) * (size_t)n;
         int R = fsdp_comm_rank(s->world);
         memset(&s->opt, 0, sizeof s->opt);
         s->opt.cfg = cfg;
         s->opt.n = n;
-        s->opt_map[0] = fsdp_offload_map(s->cfg.offload_dir, R, "exp_avg", 0, bytes);
-        s->opt_map[1] = s->opt_map[0] ? fsdp_offload_map(s->cfg.offload_dir, R, "exp_avg_sq", 0, bytes) : NULL;
+        s->opt_map[0] = fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "exp_avg", 0, bytes);
+        s->opt_map[1] = s->opt_map[0] ? fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "exp_avg_sq", 0, bytes) : NULL;
         if (!s->opt_map[1]) return FSDP_ERR_IO;
         s->opt.m = s->opt_map[0];
         s->opt.v = s->opt_map[1];
         fsdp_mem_track(FSDP_MEM_OPTIM, 2 * bytes, +1);
     } else {
-        FSDP_CHECK(fsdp_adamw_create(&s->opt, cfg, n));
+        FSDP_CHECK(fsdp_adamw_create(&s->opt, cfg, n, s->dev));
     }
     s->have_opt = 1;
     return FSDP_OK;
 }
 
 void fsdp_optimizer_step(fsdp_state *s, float lr) {
-    const fsdp_kernels *k = fsdp_kernels_cpu();
     s->step++;
     fsdp_trace_begin("optimizer", FSDP_SPAN_COMPUTE, NULL);
     fsdp_adamw_begin_step(&s->opt);
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
-        if (u->offloaded && i + 1 < s->n_units) {  // page in the next unit's state while this one updates
+        if (u->storage == SHARD_OFFLOADED && i + 1 < s->n_units) {  // page in the next unit's state meanwhile
             const fsdp_unit *nx = &s->units[i + 1];
             size_t bytes = sizeof(float) * (size_t)nx->shard_numel;
             fsdp_offload_prefetch(nx->shard, bytes);
@@ -414,7 +448,7 @@ void fsdp_optimizer_step(fsdp_state *s, float lr) {
             fsdp_offload_prefetch(s->opt.m + nx->opt_offset, bytes);
             fsdp_offload_prefetch(s->opt.v + nx->opt_offset, bytes);
         }
-        fsdp_adamw_update(k, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->shard_numel);
+        fsdp_adamw_update(s->k, s->compute, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->shard_numel);
     }
     fsdp_trace_end();
 }

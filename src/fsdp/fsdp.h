@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "comm/comm.h"
+#include "device/device.h"
 #include "kernels/kernels.h"
 #include "nn/sequential.h"
 #include "optim/optim.h"
@@ -32,6 +33,8 @@ typedef enum { FSDP_PREFETCH_NONE, FSDP_PREFETCH_BACKWARD_PRE, FSDP_PREFETCH_BAC
 typedef int (*fsdp_wrap_fn)(void *user, const char *block_type, int index, int64_t numel);
 
 typedef struct {
+    fsdp_dev *device;            // where shards, gathered units and gradients live (NULL: fsdp_dev_default());
+                                 // the model's activations must use the same device (nn_ctx.dev)
     fsdp_strategy strategy;
     fsdp_wrap_policy wrap;
     int64_t min_num_params;      // FSDP_WRAP_SIZE: blocks with at least this many parameters
@@ -44,8 +47,8 @@ typedef struct {
     int sync_module_states;      // broadcast rank 0's initial parameters
     const char *offload_dir;     // keep master shards, gradient shards and AdamW state in mmap'ed files here
     int cpu_offload;             // CPUOffload(offload_params=True): parameters and gradients in host memory and
-                                 // the optimizer on the host. On the CPU backend they already are: a no-op
-                                 // until the CUDA backend exists (the hook is where it will move them).
+                                 // the optimizer on the host. On the host devices (cpu, guard) they already
+                                 // are: a no-op until the CUDA device exists.
     // MixedPrecision. The master shards, their gradients and the optimizer stay fp32 whatever is set.
     fsdp_dtype param_dtype;      // FSDP_BF16: units are all-gathered in bf16 (half the bytes) and compute
                                  // sees bf16 parameter values; matrix products take bf16 operands (with
@@ -136,9 +139,13 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
 // Checks that dir is complete (DONE present) and that the files DONE lists match their CRC-32s.
 fsdp_status fsdp_verify_marker(const char *dir);
 
-// The kernel table the model's forward and backward should run with: fsdp_kernels_cpu_bf16() under
-// param_dtype bf16, fsdp_kernels_cpu() otherwise.
+// The kernel table the model's forward and backward should run with: the device's bf16 table under
+// param_dtype bf16 (bf16 operands in every matrix product), its fp32 table otherwise.
 const fsdp_kernels *fsdp_compute_kernels(const fsdp_state *s);
+// The context the model's forward and backward run with: the state's device, its compute stream and
+// fsdp_compute_kernels; training, seed and step as given.
+nn_ctx fsdp_model_ctx(const fsdp_state *s, int training, uint64_t seed, uint64_t step);
+fsdp_dev *fsdp_state_device(const fsdp_state *s);
 
 // Layout and memory
 int fsdp_unit_count(const fsdp_state *s);
@@ -163,8 +170,8 @@ typedef struct {
     int64_t numel;
     int64_t shard_offset;  // first element of the parameter held by this rank
     int64_t shard_numel;   // how many (0 when the rank holds none of it)
-    float *shard_data;     // (shard_numel,) this rank's values of those elements
-    float *shard_grad;     // (shard_numel,) and their gradients
+    float *shard_data;     // (shard_numel,) device: this rank's values of those elements
+    float *shard_grad;     // (shard_numel,) device: and their gradients
 } fsdp_named_param;
 int fsdp_named_param_count(const fsdp_state *s);
 fsdp_named_param fsdp_named_param_at(const fsdp_state *s, int i);

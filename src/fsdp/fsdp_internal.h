@@ -1,7 +1,31 @@
 // fsdp_internal.h: the engine's data structures, shared by the files of src/fsdp/.
 #pragma once
 #include "ckpt/safetensors.h"
+#include "device/device.h"
+#include "device/device_comm.h"
 #include "fsdp/fsdp.h"
+
+// A unit's parameters move through three states (engine.c); every transition is in engine.c:
+//
+//   SHARDED --start_unshard--> GATHERING --fsdp_unshard (compute waits on `gathered`)--> UNSHARDED
+//      ^                          |                                                        |
+//      +------ fsdp_reshard ------+--------------------------------------------------------+
+//
+// SHARDED: only the fp32 shard exists, `full` is NULL. GATHERING: `full` holds a pool buffer that an
+// all-gather on the comm stream is filling; `gathered` completes when it is full. UNSHARDED: `full`
+// is complete and the original parameters are bound to views of it (use_orig_params).
+// Gradients have their own state: GRAD_NONE (no unsharded gradient), GRAD_BOUND (full_grad bound to
+// the parameters' .grad, this micro-step's backward accumulates into it), GRAD_PENDING (no_sync:
+// full_grad holds gradients of earlier micro-steps, reduced at the next synced one).
+typedef enum { UNIT_SHARDED = 0, UNIT_GATHERING, UNIT_UNSHARDED } fsdp_unit_state;
+typedef enum { GRAD_NONE = 0, GRAD_BOUND, GRAD_PENDING } fsdp_grad_state;
+// Where the unit's shard and gradient shard live; unit_free (wrap.c) releases them by this kind.
+typedef enum {
+    SHARD_DEVICE = 0,  // fsdp_dev_alloc
+    SHARD_SHARED,      // shard in the shard group's MPI shared memory (zero-copy all-gather; the CPU
+                       // device only), with shard_lp beside it under param_dtype bf16
+    SHARD_OFFLOADED,   // shard and shard_grad are --offload-dir file mappings registered with the device
+} fsdp_shard_storage;
 
 struct fsdp_unit {
     int index;
@@ -14,26 +38,34 @@ struct fsdp_unit {
     int64_t padded;          // flat size: numel rounded up to shard_size * FSDP_PAD_ALIGN
     int64_t shard_numel;     // elements per rank (padded / shard_size; padded when replicated)
     int64_t shard_begin;     // this rank's first flat element
+    // Device memory unless storage says otherwise. Host code never dereferences these.
     float *shard;            // (shard_numel,) fp32 master parameters          FSDP_MEM_PARAMS
     float *shard_grad;       // (shard_numel,) reduced gradients               FSDP_MEM_GRADS
-    float *full;             // (padded,) gathered parameters, NULL when resharded  FSDP_MEM_UNSHARDED
+    float *full;             // (padded,) gathered parameters, NULL when SHARDED  FSDP_MEM_UNSHARDED
                              // (fsdp_bf16 values under param_dtype bf16)
     float *full_grad;        // (padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
-    int grad_pending;        // full_grad holds gradients not yet reduced (no_sync)
-    int64_t opt_offset;      // where the unit's shard sits in the optimizer state
-    fsdp_comm_request *gather;  // an all-gather into `full` started early (prefetch), or NULL
-    int shard_shared;        // shard lives in the shard group's shared memory (zero-copy all-gather)
-    int offloaded;           // shard and shard_grad are mappings under --offload-dir
-    int grad_staged;         // full_grad is one of the state's shared staging buffers
-    int order_pos;           // position in the recorded forward order, -1 before it is known
     fsdp_bf16 *shard_lp;     // (shard_numel,) bf16 copy of the shard for a param_dtype bf16 all-gather
                              // from shared memory (zero-copy), or NULL                  FSDP_MEM_COMM
+    fsdp_unit_state state;
+    fsdp_grad_state grad;
+    fsdp_shard_storage storage;
+    int grad_staged;         // full_grad is one of the state's shared staging buffers (not owned)
+    fsdp_event *gathered;    // recorded on the comm stream after this unit's all-gather
+    int64_t opt_offset;      // where the unit's shard sits in the optimizer state
+    int order_pos;           // position in the recorded forward order, -1 before it is known
 };
 
 #define FSDP_PAD_ALIGN 16  // shards are multiples of 16 floats (64 bytes)
 
 struct fsdp_state {
     fsdp_config cfg;
+    fsdp_dev *dev;            // cfg.device, or the process's default device
+    const fsdp_kernels *k;    // the device's fp32 table: the engine's own kernels (casts, adds, optimizer)
+    fsdp_stream *compute;     // the device's compute stream: the model, the optimizer, norms
+    fsdp_stream *comm_stream; // the device's comm stream: all-gathers, reduce-scatters and their casts
+    fsdp_event *compute_done; // recorded on compute before the comm stream reads what compute wrote
+    fsdp_event *comm_done;    // recorded on comm before compute reads what the comm stream wrote
+    double *norm_acc;         // (1,) device: the sum of squares of the gradient shards
     fsdp_model_desc model;
     fsdp_comm *world;
     fsdp_comm *shard_comm;    // ranks that split a unit's flat parameter (world, or the hybrid group)
@@ -90,15 +122,34 @@ static inline fsdp_piece fsdp_piece_at(const fsdp_unit *u, int i, int64_t shard_
     return pc;
 }
 
-// offload.c: zero-filled shared mappings of scratch files under dir (unlinked at once)
-float *fsdp_offload_map(const char *dir, int rank, const char *what, int index, size_t bytes);
-void fsdp_offload_unmap(float *p, size_t bytes);
+// offload.c: zero-filled shared mappings of scratch files under dir (unlinked at once), registered with
+// the device (its kernels and copies read and write them in place)
+float *fsdp_offload_map(fsdp_dev *dev, const char *dir, int rank, const char *what, int index, size_t bytes);
+void fsdp_offload_unmap(fsdp_dev *dev, float *p, size_t bytes);
 void fsdp_offload_prefetch(const float *p, size_t bytes);
 
-// params_io.c: an fp32 buffer (largest unit's padded size,) for gathering one unit at a time   FSDP_MEM_UNSHARDED
+// params_io.c: a device fp32 buffer (largest unit's padded size,) for gathering one unit at a time
+// FSDP_MEM_UNSHARDED
 float *fsdp_alloc_unit_buffer(const fsdp_state *s);
 
+// File I/O through bounded host staging (params_io.c): checkpoints and state dicts move between files
+// and device memory FSDP_STAGE_FLOATS values at a time, so no rank ever holds a model-sized host copy.
+#define FSDP_STAGE_FLOATS ((size_t)1 << 18)  // 1 MiB of fp32
+typedef struct {
+    fsdp_state *s;
+    float *host;  // (FSDP_STAGE_FLOATS,) pinned host staging, FSDP_MEM_OTHER
+} fsdp_stage;
+fsdp_status fsdp_stage_open(fsdp_state *s, fsdp_stage *g);
+void fsdp_stage_close(fsdp_stage *g);
+// Streams src (count,) device fp32 into the writer's data (st_writer_stream_data).
+fsdp_status fsdp_stage_write(fsdp_stage *g, st_writer *w, const float *src, int64_t count);
+// dst (count,) device = elements [first, first+count) of the file's tensor `name` (shape checked as
+// st_read_f32_range does).
+fsdp_status fsdp_stage_read(fsdp_stage *g, const st_file *f, const char *name, int ndim, const int64_t *shape,
+                            int64_t first, int64_t count, float *dst);
+
 // engine.c
+fsdp_status engine_install_hooks(fsdp_state *s);  // called last by fsdp_wrap
 fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u);
 void fsdp_reshard(fsdp_state *s, fsdp_unit *u);
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u);

@@ -1,5 +1,6 @@
 // params_io.c: filling shards (deterministic init, or slices read from safetensors), writing the
-// full state dict from rank 0, and the use_orig_params view of named parameters.
+// full state dict from rank 0, the bounded host staging all file I/O goes through, and the
+// use_orig_params view of named parameters.
 #include <stdlib.h>
 #include <string.h>
 
@@ -7,23 +8,67 @@
 #include "core/alloc.h"
 #include "fsdp/fsdp_internal.h"
 
+fsdp_status fsdp_stage_open(fsdp_state *s, fsdp_stage *g) {
+    g->s = s;
+    g->host = fsdp_dev_host_alloc(s->dev, sizeof(float) * FSDP_STAGE_FLOATS, FSDP_MEM_OTHER);
+    return g->host ? FSDP_OK : FSDP_ERR_NOMEM;
+}
+
+void fsdp_stage_close(fsdp_stage *g) {
+    if (g->host) fsdp_dev_host_free(g->s->dev, g->host);
+    g->host = NULL;
+}
+
+fsdp_status fsdp_stage_write(fsdp_stage *g, st_writer *w, const float *src, int64_t count) {
+    for (int64_t c0 = 0; c0 < count; c0 += (int64_t)FSDP_STAGE_FLOATS) {
+        size_t c = (size_t)(count - c0 < (int64_t)FSDP_STAGE_FLOATS ? count - c0 : (int64_t)FSDP_STAGE_FLOATS);
+        FSDP_CHECK(fsdp_dev_read(g->s->compute, g->host, src + c0, sizeof(float) * c));
+        FSDP_CHECK(st_writer_stream_data(w, g->host, sizeof(float) * c));
+    }
+    return FSDP_OK;
+}
+
+fsdp_status fsdp_stage_read(fsdp_stage *g, const st_file *f, const char *name, int ndim, const int64_t *shape,
+                            int64_t first, int64_t count, float *dst) {
+    if (count == 0) return st_read_f32_range(f, name, g->host, ndim, shape, first, 0);  // still validates
+    for (int64_t c0 = 0; c0 < count; c0 += (int64_t)FSDP_STAGE_FLOATS) {
+        int64_t c = count - c0 < (int64_t)FSDP_STAGE_FLOATS ? count - c0 : (int64_t)FSDP_STAGE_FLOATS;
+        FSDP_CHECK(st_read_f32_range(f, name, g->host, ndim, shape, first + c0, c));
+        FSDP_CHECK(fsdp_copy_h2d(g->s->compute, dst + c0, g->host, sizeof(float) * (size_t)c));
+        FSDP_CHECK(fsdp_stream_synchronize(g->s->compute));  // the staging buffer is reused next
+    }
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed) {
-    for (int ui = 0; ui < s->n_units; ui++) {
+    // values are made on the host (counter-based: element i depends only on seed, name and i, so a
+    // chunk at a time gives the same values) and copied into the device shards
+    fsdp_stage g;
+    FSDP_CHECK(fsdp_stage_open(s, &g));
+    fsdp_status st = FSDP_OK;
+    for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
         fsdp_unit *u = &s->units[ui];
-        memset(u->shard, 0, sizeof(float) * (size_t)u->shard_numel);
-        for (int i = 0; i < u->n_params; i++) {
+        st = fsdp_dev_memset(s->compute, u->shard, 0, sizeof(float) * (size_t)u->shard_numel);
+        for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
             fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
-            if (pc.count) nn_param_init_slice(u->params[i], seed, pc.elem_begin, pc.count, u->shard + pc.shard_pos);
+            for (int64_t c0 = 0; c0 < pc.count && st == FSDP_OK; c0 += (int64_t)FSDP_STAGE_FLOATS) {
+                int64_t c = pc.count - c0 < (int64_t)FSDP_STAGE_FLOATS ? pc.count - c0 : (int64_t)FSDP_STAGE_FLOATS;
+                nn_param_init_slice(u->params[i], seed, pc.elem_begin + c0, c, g.host);
+                st = fsdp_copy_h2d(s->compute, u->shard + pc.shard_pos + c0, g.host, sizeof(float) * (size_t)c);
+                if (st == FSDP_OK) st = fsdp_stream_synchronize(s->compute);
+            }
         }
     }
+    fsdp_stage_close(&g);
+    FSDP_CHECK(st);
     return s->cfg.sync_module_states ? fsdp_sync_module_states(s) : FSDP_OK;
 }
 
 fsdp_status fsdp_sync_module_states(fsdp_state *s) {
     fsdp_comm *c = s->replicated ? s->world : s->replica_comm;  // sharded ranks own disjoint pieces
     for (int ui = 0; c && ui < s->n_units; ui++)
-        FSDP_CHECK(fsdp_broadcast(c, s->units[ui].shard, (size_t)s->units[ui].shard_numel, FSDP_F32, 0));
-    return FSDP_OK;
+        FSDP_CHECK(fsdp_dev_broadcast(s->compute, c, s->units[ui].shard, (size_t)s->units[ui].shard_numel, FSDP_F32, 0));
+    return fsdp_stream_synchronize(s->compute);
 }
 
 // Tensors a Hugging Face GPT-2 file carries that are not parameters of ours.
@@ -52,7 +97,8 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
         const char *bare = plen && strncmp(name, alt_prefix, plen) == 0 ? name + plen : name;
         if (!nn_params_find(s->model.params, bare) && !ignorable(bare)) list_add(unexpected, sizeof unexpected, &n_unexpected, name);
     }
-    fsdp_status st = FSDP_OK;
+    fsdp_stage g;
+    fsdp_status st = fsdp_stage_open(s, &g);
     for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
         fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
@@ -68,9 +114,10 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
                 continue;
             }
             fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
-            st = st_read_f32_range(f, name, u->shard + pc.shard_pos, p->ndim, p->shape, pc.elem_begin, pc.count);
+            st = fsdp_stage_read(&g, f, name, p->ndim, p->shape, pc.elem_begin, pc.count, u->shard + pc.shard_pos);
         }
     }
+    fsdp_stage_close(&g);
     st_close(f);
     if (st != FSDP_OK) return st;
     if (strict && n_missing)
@@ -96,18 +143,21 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
 float *fsdp_alloc_unit_buffer(const fsdp_state *s) {
     int64_t max_unit = 1;
     for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
-    return fsdp_alloc(sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
+    return fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
 }
 
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
-    // One unit at a time: every rank gathers the unit's flat buffer (the only extra memory, about one
-    // unit), rank 0 streams its parameters into the file, whose header listed every tensor up front.
+    // One unit at a time: every rank gathers the unit's flat buffer on the device (the only extra
+    // memory, about one unit), rank 0 streams its parameters into the file through the bounded host
+    // staging; the file's header listed every tensor up front.
     int R = fsdp_comm_rank(s->world);
     float *flat = fsdp_alloc_unit_buffer(s);
     if (!flat) return FSDP_ERR_NOMEM;
+    fsdp_stage g = {s, NULL};
     st_writer *w = NULL;
     fsdp_status st = FSDP_OK;  // rank 0's file status
-    if (R == 0) {
+    if (R == 0) st = fsdp_stage_open(s, &g);
+    if (R == 0 && st == FSDP_OK) {
         w = st_writer_new_stream(path);
         st = w ? FSDP_OK : FSDP_ERR_NOMEM;
         for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++)
@@ -123,13 +173,14 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
         fsdp_unit *u = &s->units[ui];
         cs = fsdp_gather_flat(s, u, grads ? u->shard_grad : u->shard, flat);
         for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
-            st = st_writer_stream_data(w, flat + u->offsets[i], sizeof(float) * (size_t)u->params[i]->numel);
+            st = fsdp_stage_write(&g, w, flat + u->offsets[i], u->params[i]->numel);
     }
     if (w) {
         if (st == FSDP_OK && cs == FSDP_OK) st = st_writer_stream_commit(w);
         else st_writer_free(w);
     }
-    fsdp_free(flat);
+    fsdp_stage_close(&g);
+    fsdp_dev_free(s->dev, flat);
     if (cs != FSDP_OK) return cs;
     float ok = (float)(st == FSDP_OK);  // every rank learns whether rank 0's write worked
     char msg[1024];

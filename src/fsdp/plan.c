@@ -90,7 +90,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t max_shard = n_block_units ? block_padded / G : 0;
     if (root_padded / G > max_shard) max_shard = root_padded / G;
     p.communication = 4.0 * (max_shard ? max_shard : 1);
-    int shared_shards = !replicated && in->shared_memory && G > 1;  // a one-rank shard group has no shared memory
+    int zero_copy = in->shared_memory && in->zero_copy;
+    int shared_shards = !replicated && zero_copy && G > 1;  // a one-rank shard group has no shared memory
     if (in->param_bf16 && shared_shards) p.communication += 2.0 * local;  // each unit's bf16 send copy
     // Collectives whose operands are not in shared memory go through the group's window (comm_shm.c):
     // two halves of the largest message, 64-byte rounded; across nodes a bf16 reduction gathers
@@ -104,8 +105,14 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
         bf16_gather = max2(bf16_gather, 2.0 * in->world * max_unit);
     }
-    if (!replicated && G > 1) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
+    if (!replicated && G > 1 && zero_copy) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
         if (root_padded) window += 2.0 * round_up((int64_t)(ge * root_padded), 64);
+        bf16_gather = max2(bf16_gather, 2.0 * max_unit);
+    }
+    if (!replicated && G > 1 && !zero_copy) {  // every unit's reduce-scatter and all-gather goes through the window
+        double pe = in->param_bf16 ? 2.0 : 4.0;
+        window = max2(window, 2.0 * round_up((int64_t)(ge * max_unit), 64));
+        window = max2(window, 2.0 * round_up((int64_t)(pe * max_shard), 64));
         bf16_gather = max2(bf16_gather, 2.0 * max_unit);
     }
     if (!replicated && R > 1) {  // HYBRID_SHARD: each unit's reduced shard, all-reduced over the replicas
@@ -118,7 +125,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
     double root_bytes = 4.0 * (double)root_padded;
-    int staging = !replicated && in->shared_memory && G > 1 && n_block_units > 0;
+    int staging = !replicated && zero_copy && G > 1 && n_block_units > 0;
     double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
         p.unsharded = unit_bytes + root_bytes;

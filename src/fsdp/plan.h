@@ -21,6 +21,8 @@ typedef struct {
     int limit_all_gathers;
     int activation_checkpointing;
     int shared_memory;    // ranks share a node (the shared-memory collectives and gradient staging)
+    int zero_copy;        // shards and gradient staging in the window's shared memory: the cpu device on
+                          // shared memory (the guard device keeps them in device memory: 0)
     int param_bf16;       // MixedPrecision param_dtype bf16 (all-gathers of 2 bytes per element)
     int reduce_bf16;      // MixedPrecision reduce_dtype bf16 (gradient reductions of 2 bytes per element)
     int threads;          // OpenMP threads per rank (0: 1)

@@ -1,16 +1,18 @@
-// summary.c: the sharding layout, like torch's fsdp.summarize().print_summary().
+// summary.c: the sharding layout, like torch's fsdp.summarize().print_summary(). Printed by fsdp_wrap
+// (FSDP_DEBUG=INFO) and the tools; reads the state only.
 #include <stdio.h>
 
 #include "fsdp/fsdp_internal.h"
 
 void fsdp_print_summary(const fsdp_state *s, FILE *f) {
     int G = s->replicated ? 1 : fsdp_comm_size(s->shard_comm);
-    fprintf(f, "FSDP summary: strategy %s, world %d, shard group %d%s, %d units, backend %s\n",
+    fprintf(f, "FSDP summary: strategy %s, world %d, shard group %d%s, %d units, backend %s, device %s\n",
             fsdp_strategy_name(s->cfg.strategy), fsdp_comm_size(s->world), G,
-            s->replica_comm ? " (replicated across groups)" : "", s->n_units, fsdp_comm_backend(s->world));
+            s->replica_comm ? " (replicated across groups)" : "", s->n_units, fsdp_comm_backend(s->world),
+            fsdp_dev_name(s->dev));
     fprintf(f, "mixed precision: param_dtype %s, reduce_dtype %s, master shards and optimizer fp32, compute %s%s%s\n",
             fsdp_dtype_name(s->cfg.param_dtype), fsdp_dtype_name(s->cfg.reduce_dtype),
-            fsdp_compute_kernels(s)->name, s->cfg.param_dtype == FSDP_BF16 ? " with the GEMM on " : "",
+            fsdp_dev_kernels(s->dev, s->cfg.param_dtype == FSDP_BF16)->name, s->cfg.param_dtype == FSDP_BF16 ? " with the GEMM on " : "",
             s->cfg.param_dtype == FSDP_BF16 ? cpu_gemm_bf16_name() : "");
     fprintf(f, "%-10s %7s %12s %9s %12s %14s\n", "unit", "params", "numel", "padding", "shard numel",
             "bytes/rank");

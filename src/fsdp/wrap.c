@@ -6,27 +6,6 @@
 #include "core/alloc.h"
 #include "fsdp/fsdp_internal.h"
 
-fsdp_config fsdp_config_default(void) {
-    fsdp_config c;
-    memset(&c, 0, sizeof c);
-    c.strategy = FSDP_FULL_SHARD;
-    c.wrap = FSDP_WRAP_TRANSFORMER;
-    c.backward_prefetch = FSDP_PREFETCH_BACKWARD_PRE;
-    c.limit_all_gathers = 2;
-    return c;
-}
-
-const char *fsdp_strategy_name(fsdp_strategy s) {
-    switch (s) {
-    case FSDP_FULL_SHARD: return "FULL_SHARD";
-    case FSDP_SHARD_GRAD_OP: return "SHARD_GRAD_OP";
-    case FSDP_NO_SHARD: return "NO_SHARD";
-    case FSDP_HYBRID_SHARD: return "HYBRID_SHARD";
-    case FSDP_DDP: return "DDP";
-    }
-    return "?";
-}
-
 static int block_of(const fsdp_model_desc *m, const nn_param *p) {
     for (int b = 0; b < m->blocks->count; b++) {
         char prefix[64];
@@ -84,46 +63,92 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     u->shard_numel = u->padded / G;
     u->shard_begin = s->replicated ? 0 : (int64_t)fsdp_comm_rank(s->shard_comm) * u->shard_numel;
     size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+    FSDP_CHECK(fsdp_event_create(s->dev, &u->gathered));
+    for (int i = 0; i < n; i++) {  // bound only while unsharded
+        params[i]->data = params[i]->grad = NULL;
+        params[i]->data_b16 = NULL;
+    }
     if (s->cfg.offload_dir) {  // file-backed: the kernel may page it out
         int R = fsdp_comm_rank(s->world);
-        u->shard = fsdp_offload_map(s->cfg.offload_dir, R, "params", u->index, shard_bytes);
-        u->shard_grad = u->shard ? fsdp_offload_map(s->cfg.offload_dir, R, "grads", u->index, shard_bytes) : NULL;
-        u->offloaded = 1;  // fsdp_free_state unmaps (and untracks) these, also when a map failed
+        u->storage = SHARD_OFFLOADED;  // unit_free unmaps (and untracks) these, also when a map failed
+        u->shard = fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "params", u->index, shard_bytes);
+        u->shard_grad = u->shard ? fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "grads", u->index, shard_bytes) : NULL;
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
         fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, +1);
-        if (!u->shard || !u->shard_grad) return FSDP_ERR_IO;
-        for (int i = 0; i < n; i++) params[i]->data = params[i]->grad = NULL;
-        return FSDP_OK;
+        return u->shard && u->shard_grad ? FSDP_OK : FSDP_ERR_IO;
     }
-    u->shard = s->replicated ? NULL : fsdp_comm_alloc_shared(s->shard_comm, shard_bytes);
+    // zero-copy all-gathers from shared memory: only where device memory is host memory
+    int shared = !s->replicated && fsdp_dev_host_addressable(s->dev);
+    u->shard = shared ? fsdp_comm_alloc_shared(s->shard_comm, shard_bytes) : NULL;
     if (u->shard) {  // peers read it in place when gathering
-        u->shard_shared = 1;
+        u->storage = SHARD_SHARED;
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
     } else {
-        u->shard = fsdp_alloc(shard_bytes, FSDP_MEM_PARAMS);
+        u->shard = fsdp_dev_alloc(s->dev, shard_bytes, FSDP_MEM_PARAMS);
     }
-    u->shard_grad = fsdp_alloc(sizeof(float) * (size_t)u->shard_numel, FSDP_MEM_GRADS);
+    u->shard_grad = fsdp_dev_alloc(s->dev, shard_bytes, FSDP_MEM_GRADS);
     if (!u->shard || !u->shard_grad) return FSDP_ERR_NOMEM;
-    if (u->shard_shared && s->cfg.param_dtype == FSDP_BF16) {  // the bf16 send buffer, shared like the shard
+    if (u->storage == SHARD_SHARED && s->cfg.param_dtype == FSDP_BF16) {  // the bf16 send buffer, shared too
         size_t lp_bytes = sizeof(uint16_t) * (size_t)u->shard_numel;
         u->shard_lp = fsdp_comm_alloc_shared(s->shard_comm, lp_bytes);
         if (!u->shard_lp) return fsdp_error(FSDP_ERR_NOMEM, "out of shared memory for unit %s", u->name);
         fsdp_mem_track(FSDP_MEM_COMM, lp_bytes, +1);
     }
-    for (int i = 0; i < n; i++) {  // bound only while unsharded
-        params[i]->data = params[i]->grad = NULL;
-        params[i]->data_b16 = NULL;
-    }
     return FSDP_OK;
 }
 
-fsdp_status engine_install_hooks(fsdp_state *s);  // engine.c
+// The one free path of a unit, whatever state and storage it is in.
+static void unit_free(fsdp_state *s, fsdp_unit *u) {
+    fsdp_reshard(s, u);
+    if (u->full_grad && !u->grad_staged) fsdp_dev_free(s->dev, u->full_grad);
+    u->full_grad = NULL;
+    size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+    switch (u->storage) {
+    case SHARD_OFFLOADED:
+        fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
+        fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, -1);
+        fsdp_offload_unmap(s->dev, u->shard, shard_bytes);
+        fsdp_offload_unmap(s->dev, u->shard_grad, shard_bytes);
+        break;
+    case SHARD_SHARED:
+        if (u->shard_lp) {
+            fsdp_mem_track(FSDP_MEM_COMM, sizeof(uint16_t) * (size_t)u->shard_numel, -1);
+            fsdp_comm_free_shared(s->shard_comm, u->shard_lp);
+        }
+        fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
+        fsdp_comm_free_shared(s->shard_comm, u->shard);
+        fsdp_dev_free(s->dev, u->shard_grad);
+        break;
+    case SHARD_DEVICE:
+        fsdp_dev_free(s->dev, u->shard);
+        fsdp_dev_free(s->dev, u->shard_grad);
+        break;
+    }
+    u->shard = u->shard_grad = NULL;
+    u->shard_lp = NULL;
+    fsdp_event_destroy(u->gathered);
+    u->gathered = NULL;
+    free(u->params);
+    free(u->offsets);
+    u->params = NULL;
+    u->offsets = NULL;
+}
+
 
 // Builds s (zeroed) into a wrapped model; on failure s holds what was built so far, for fsdp_free_state.
 static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world) {
     s->cfg = cfg;
     s->model = model;
     s->world = world;
+    s->dev = cfg.device ? cfg.device : fsdp_dev_default();
+    s->cfg.device = s->dev;
+    s->k = fsdp_dev_kernels(s->dev, 0);
+    s->compute = fsdp_dev_stream(s->dev, FSDP_STREAM_COMPUTE);
+    s->comm_stream = fsdp_dev_stream(s->dev, FSDP_STREAM_COMM);
+    FSDP_CHECK(fsdp_event_create(s->dev, &s->compute_done));
+    FSDP_CHECK(fsdp_event_create(s->dev, &s->comm_done));
+    s->norm_acc = fsdp_dev_alloc(s->dev, sizeof(double), FSDP_MEM_OTHER);
+    if (!s->norm_acc) return FSDP_ERR_NOMEM;
     s->replicated = cfg.strategy == FSDP_NO_SHARD || cfg.strategy == FSDP_DDP;
     FSDP_CHECK(make_groups(s));
     int nb = model.blocks->count, np = model.params->count;
@@ -178,7 +203,7 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
         off += s->units[i].shard_numel;
         if (s->units[i].shard_numel > max_shard) max_shard = s->units[i].shard_numel;
     }
-    s->reduce_buf = fsdp_alloc(sizeof(float) * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
+    s->reduce_buf = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
     if (!s->reduce_buf) return FSDP_ERR_NOMEM;
     int64_t max_block = 0;
     for (int i = 0; i < s->n_units; i++)
@@ -193,16 +218,18 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
         if (want > 64) want = 64;
         s->pool_floats = max_block;
         for (int i = 0; max_block > 0 && i < want; i++) {
-            s->pool[i] = fsdp_alloc(fsdp_dtype_size(cfg.param_dtype) * (size_t)max_block, FSDP_MEM_UNSHARDED);
+            s->pool[i] = fsdp_dev_alloc(s->dev, fsdp_dtype_size(cfg.param_dtype) * (size_t)max_block, FSDP_MEM_UNSHARDED);
             if (!s->pool[i]) return FSDP_ERR_NOMEM;
             s->pool_n++;
         }
         if (s->root) {
-            s->root_pool = fsdp_alloc(fsdp_dtype_size(cfg.param_dtype) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
+            s->root_pool = fsdp_dev_alloc(s->dev, fsdp_dtype_size(cfg.param_dtype) * (size_t)s->root->padded,
+                                          FSDP_MEM_UNSHARDED);
             if (!s->root_pool) return FSDP_ERR_NOMEM;
         }
     }
-    if (!s->replicated && max_block > 0) {  // two alternating shared buffers for block units' gradients
+    if (!s->replicated && max_block > 0 && fsdp_dev_host_addressable(s->dev)) {
+        // two alternating shared buffers for block units' gradients (zero-copy reduce-scatter)
         size_t bytes = sizeof(float) * (size_t)max_block;
         s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);
         s->staging[1] = s->staging[0] ? fsdp_comm_alloc_shared(s->shard_comm, bytes) : NULL;
@@ -214,7 +241,9 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
             s->staging[0] = NULL;
         }
     }
-    return engine_install_hooks(s);
+    FSDP_CHECK(engine_install_hooks(s));
+    if (s->debug >= 1 && fsdp_comm_rank(s->world) == 0) fsdp_print_summary(s, stderr);
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world) {
@@ -232,39 +261,17 @@ fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, 
 
 void fsdp_free_state(fsdp_state *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_units; i++) {
-        fsdp_unit *u = &s->units[i];
-        fsdp_reshard(s, u);
-        if (u->full_grad && !u->grad_staged) fsdp_free(u->full_grad);
-        size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
-        if (u->offloaded) {
-            fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
-            fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, -1);
-            fsdp_offload_unmap(u->shard, shard_bytes);
-            fsdp_offload_unmap(u->shard_grad, shard_bytes);
-            u->shard = u->shard_grad = NULL;
-        } else if (u->shard_shared) {
-            if (u->shard_lp) {
-                fsdp_mem_track(FSDP_MEM_COMM, sizeof(uint16_t) * (size_t)u->shard_numel, -1);
-                fsdp_comm_free_shared(s->shard_comm, u->shard_lp);
-            }
-            fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
-            fsdp_comm_free_shared(s->shard_comm, u->shard);
-        } else {
-            fsdp_free(u->shard);
-        }
-        fsdp_free(u->shard_grad);
-        free(u->params);
-        free(u->offsets);
-    }
+    if (s->compute) fsdp_stream_synchronize(s->compute);  // nothing may still use what is freed below
+    if (s->comm_stream) fsdp_stream_synchronize(s->comm_stream);
+    for (int i = 0; i < s->n_units; i++) unit_free(s, &s->units[i]);
     if (s->model.blocks) s->model.blocks->hooks = NULL;
-    for (int i = 0; i < s->pool_n; i++) fsdp_free(s->pool[i]);
-    fsdp_free(s->root_pool);
-    if (s->have_opt && s->opt_map[0]) {  // mapped moments: not from fsdp_alloc
+    for (int i = 0; i < s->pool_n; i++) fsdp_dev_free(s->dev, s->pool[i]);
+    fsdp_dev_free(s->dev, s->root_pool);
+    if (s->have_opt && s->opt_map[0]) {  // mapped moments: not from the device allocator
         size_t bytes = sizeof(float) * (size_t)s->opt.n;
         fsdp_mem_track(FSDP_MEM_OPTIM, 2 * bytes, -1);
-        fsdp_offload_unmap(s->opt_map[0], bytes);
-        fsdp_offload_unmap(s->opt_map[1], bytes);
+        fsdp_offload_unmap(s->dev, s->opt_map[0], bytes);
+        fsdp_offload_unmap(s->dev, s->opt_map[1], bytes);
     } else if (s->have_opt) {
         fsdp_adamw_free(&s->opt);
     }
@@ -273,7 +280,12 @@ void fsdp_free_state(fsdp_state *s) {
         fsdp_comm_free_shared(s->shard_comm, s->staging[1]);
         fsdp_comm_free_shared(s->shard_comm, s->staging[0]);
     }
-    fsdp_free(s->reduce_buf);
+    if (s->dev) {
+        fsdp_dev_free(s->dev, s->reduce_buf);
+        fsdp_dev_free(s->dev, s->norm_acc);
+    }
+    fsdp_event_destroy(s->compute_done);
+    fsdp_event_destroy(s->comm_done);
     if (s->owns_shard_comm) fsdp_comm_free(s->shard_comm);
     fsdp_comm_free(s->replica_comm);
     free(s->units);

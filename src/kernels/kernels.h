@@ -13,6 +13,8 @@
 #include "core/rng.h"
 #include "tensor/tensor.h"
 
+typedef struct fsdp_stream fsdp_stream;  // device/device.h
+
 typedef struct {
     int B, T, C, H;        // batch, sequence, channels, heads (C % H == 0)
     int64_t stride_b;      // row of token (b, t) is b*stride_b + t*stride_t
@@ -26,72 +28,94 @@ typedef struct fsdp_kernels {
     const char *name;
     fsdp_device device;
 
+    // Every kernel takes the stream it is enqueued on first (device/device.h): on the CPU device it
+    // runs at once, after whatever the stream still has in flight; its pointers are device memory.
+
     // C[M,N] = alpha * op(A) @ op(B) + beta * C; op(X) = X or X^T; leading dims in elements.
-    void (*gemm)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                 const float *B, int ldb, float beta, float *C, int ldc);
+    void (*gemm)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                 int lda, const float *B, int ldb, float beta, float *C, int ldc);
 
     // As gemm, with B stored as bf16 and A rounded to bf16, fp32 accumulation: how a layer multiplies
     // by parameters that mixed precision gathered in bf16. Same in every CPU table.
-    void (*gemm_b16)(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                     const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
+    void (*gemm_b16)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+                     int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 
     // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,)
-    void (*layernorm_forward)(float *out, float *mean, float *rstd, const float *inp,
+    void (*layernorm_forward)(fsdp_stream *st, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
     // dinp: (N, C) overwritten; dweight, dbias: (C,) accumulated
-    void (*layernorm_backward)(float *dinp, float *dweight, float *dbias, const float *dout,
+    void (*layernorm_backward)(fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
     // qkv: rows of 3C (q | k | v); out: rows of C; att: (B, H, T, T) softmax probabilities
-    void (*attention_forward)(float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
+    void (*attention_forward)(fsdp_stream *st, float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
     // dqkv: rows of 3C, overwritten; dout: rows of C
-    void (*attention_backward)(float *dqkv, const float *dout, const float *qkv, const float *att,
+    void (*attention_backward)(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *att,
                                const fsdp_attention_dims *d);
 
     // elementwise over n values; gelu: tanh_approx selects PyTorch's approximate='tanh'
-    void (*relu_forward)(float *out, const float *inp, size_t n);
-    void (*relu_backward)(float *dinp, const float *dout, const float *out, size_t n);
-    void (*gelu_forward)(float *out, const float *inp, size_t n, int tanh_approx);
-    void (*gelu_backward)(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx);
-    void (*dropout_forward)(float *out, const float *inp, size_t n, float p, fsdp_rng rng);
-    void (*dropout_backward)(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
+    void (*relu_forward)(fsdp_stream *st, float *out, const float *inp, size_t n);
+    void (*relu_backward)(fsdp_stream *st, float *dinp, const float *dout, const float *out, size_t n);
+    void (*gelu_forward)(fsdp_stream *st, float *out, const float *inp, size_t n, int tanh_approx);
+    void (*gelu_backward)(fsdp_stream *st, float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx);
+    void (*dropout_forward)(fsdp_stream *st, float *out, const float *inp, size_t n, float p, fsdp_rng rng);
+    void (*dropout_backward)(fsdp_stream *st, float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
 
-    void (*add)(float *out, const float *a, const float *b, size_t n);  // out = a + b
-    void (*add_inplace)(float *acc, const float *b, size_t n);         // acc += b
-    void (*scale)(float *x, float s, size_t n);                        // x *= s
+    void (*add)(fsdp_stream *st, float *out, const float *a, const float *b, size_t n);  // out = a + b
+    void (*add_inplace)(fsdp_stream *st, float *acc, const float *b, size_t n);         // acc += b
+    void (*add_inplace_b16)(fsdp_stream *st, float *acc, const fsdp_bf16 *b, size_t n); // acc += widen(b)
+    void (*scale)(fsdp_stream *st, float *x, float s, size_t n);                        // x *= s
     // out: (N, C) += bias (C,) broadcast over rows
-    void (*bias_add)(float *out, const float *bias, int N, int C);
+    void (*bias_add)(fsdp_stream *st, float *out, const float *bias, int N, int C);
+    // out: (N, C) = row (C,) in every row (torch.addmm's starting value)
+    void (*fill_rows)(fsdp_stream *st, float *out, const float *row, int N, int C);
     // dbias: (C,) += column sums of dout (N, C)
-    void (*bias_backward)(float *dbias, const float *dout, int N, int C);
+    void (*bias_backward)(fsdp_stream *st, float *dbias, const float *dout, int N, int C);
 
-    // out: (N, C) = table[idx[n]] (+= if accumulate); table: (V, C)
-    void (*embedding_forward)(float *out, const int32_t *idx, const float *table, int N, int C,
+    // Conversions. dst, src: (n,). f32_to_bf16 rounds to nearest even (NaN stays NaN).
+    void (*f32_to_bf16)(fsdp_stream *st, fsdp_bf16 *dst, const float *src, size_t n);
+    void (*bf16_to_f32)(fsdp_stream *st, float *dst, const fsdp_bf16 *src, size_t n);
+    // In place, in a buffer of 4n bytes: n fp32 values become n bf16 values in its first 2n bytes.
+    void (*f32_to_bf16_in_place)(fsdp_stream *st, void *buf, size_t n);
+
+    // out: (N, C) = table[idx[n]] (+= if accumulate); table: (V, C); idx: (N,) device memory
+    void (*embedding_forward)(fsdp_stream *st, float *out, const int32_t *idx, const float *table, int N, int C,
                               int accumulate);
     // the same lookup from a bf16 table (V, C)
-    void (*embedding_forward_b16)(float *out, const int32_t *idx, const fsdp_bf16 *table, int N, int C,
-                                  int accumulate);
+    void (*embedding_forward_b16)(fsdp_stream *st, float *out, const int32_t *idx, const fsdp_bf16 *table, int N,
+                                  int C, int accumulate);
     // dtable: (V, C) += scattered dout (N, C)
-    void (*embedding_backward)(float *dtable, const float *dout, const int32_t *idx, int N, int C);
+    void (*embedding_backward)(fsdp_stream *st, float *dtable, const float *dout, const int32_t *idx, int N, int C);
 
-    // logits: (N, V); probs: (N, V) softmax; losses: (N,); returns the mean loss over N rows
-    double (*cross_entropy_forward)(float *losses, float *probs, const float *logits,
-                                    const int32_t *targets, int N, int V);
+    // logits: (N, V); probs: (N, V) softmax; losses: (N,); loss: (1,) device, the mean loss over N rows
+    void (*cross_entropy_forward)(fsdp_stream *st, double *loss, float *losses, float *probs, const float *logits,
+                                  const int32_t *targets, int N, int V);
     // dlogits: (N, V) overwritten with (probs - onehot) * dloss
-    void (*cross_entropy_backward)(float *dlogits, const float *probs, const int32_t *targets,
+    void (*cross_entropy_backward)(fsdp_stream *st, float *dlogits, const float *probs, const int32_t *targets,
                                    float dloss, int N, int V);
+    // The seed's model(x).abs().mean(): loss (1,) device = mean |y| over y (n,), accumulated in double;
+    // dy (n,) overwritten with sign(y) * dloss / n.
+    void (*abs_mean_forward)(fsdp_stream *st, double *loss, const float *y, size_t n);
+    void (*abs_mean_backward)(fsdp_stream *st, float *dy, const float *y, size_t n, float dloss);
 
     // One torch.optim.AdamW step on n contiguous values. param, grad, m, v: (n,).
     // step_size = lr / (1 - beta1^t), bias2_sqrt = sqrt(1 - beta2^t) (computed by the caller in double).
-    void (*adamw_update)(float *param, const float *grad, float *m, float *v, size_t n, float lr,
+    void (*adamw_update)(fsdp_stream *st, float *param, const float *grad, float *m, float *v, size_t n, float lr,
                          float beta1, float beta2, float eps, float weight_decay, float step_size,
                          float bias2_sqrt);
-    // returns sum of squares of x (n,), accumulated in double
-    double (*sum_squares)(const float *x, size_t n);
+    // One torch.optim.SGD step on n contiguous values. param, grad: (n,); momentum_buf: (n,) or NULL
+    // (momentum 0); first: the buffer starts as the gradient (step 1).
+    void (*sgd_update)(fsdp_stream *st, float *param, const float *grad, float *momentum_buf, size_t n, float lr,
+                       float momentum, float dampening, float weight_decay, int nesterov, int first);
+    // acc (1,) device += sum of squares of x (n,), accumulated in double (the partial sums in the
+    // order the host-returning form used, so norms stay bit-identical)
+    void (*sum_squares)(fsdp_stream *st, double *acc, const float *x, size_t n);
 } fsdp_kernels;
 
+// The CPU tables the host-memory devices (device/) bind to their streams. Code above the device
+// layer takes its table from fsdp_dev_kernels(), never from these.
 const fsdp_kernels *fsdp_kernels_cpu(void);
-const fsdp_kernels *fsdp_kernels_for(fsdp_device dev);  // NULL if the device has no table
 // The CPU table for bf16 mixed precision: gemm and attention's products with bf16 operands and fp32
 // accumulation (cpu_gemm_bf16); everything else as fsdp_kernels_cpu().
 const fsdp_kernels *fsdp_kernels_cpu_bf16(void);

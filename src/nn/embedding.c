@@ -8,13 +8,15 @@ void nn_embedding_init(nn_embedding *e, nn_params *ps, const char *name, int V, 
     e->C = C;
 }
 
-void nn_embedding_forward(const fsdp_kernels *k, const nn_embedding *e, float *out, const int32_t *idx,
+void nn_embedding_forward(const nn_ctx *ctx, const nn_embedding *e, float *out, const int32_t *idx,
                           int N, int accumulate) {
-    if (e->weight->data_b16) k->embedding_forward_b16(out, idx, e->weight->data_b16, N, e->C, accumulate);
-    else k->embedding_forward(out, idx, e->weight->data, N, e->C, accumulate);
+    const fsdp_kernels *k = ctx->k;
+    if (e->weight->data_b16)
+        k->embedding_forward_b16(ctx->stream, out, idx, e->weight->data_b16, N, e->C, accumulate);
+    else k->embedding_forward(ctx->stream, out, idx, e->weight->data, N, e->C, accumulate);
 }
 
-void nn_embedding_backward(const fsdp_kernels *k, const nn_embedding *e, const float *dout,
+void nn_embedding_backward(const nn_ctx *ctx, const nn_embedding *e, const float *dout,
                            const int32_t *idx, int N) {
-    k->embedding_backward(e->weight->grad, dout, idx, N, e->C);
+    ctx->k->embedding_backward(ctx->stream, e->weight->grad, dout, idx, N, e->C);
 }

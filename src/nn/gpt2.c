@@ -3,10 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-
-#include "core/alloc.h"
 
 enum { GPT2_SITE_EMBD = 1 };
 
@@ -44,11 +41,13 @@ fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg) {
 
 static void free_activations(nn_gpt2 *m) {
     void *bufs[] = {m->idx, m->targets, m->emb, m->lnf_out, m->lnf_mean, m->lnf_rstd, m->logits,
-                    m->probs, m->losses, m->dx, m->demb};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) fsdp_free(bufs[i]);
+                    m->probs, m->losses, m->dx, m->demb, m->loss};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        if (bufs[i]) fsdp_dev_free(m->dev, bufs[i]);
     m->idx = m->targets = NULL;
     m->emb = m->lnf_out = m->lnf_mean = m->lnf_rstd = m->logits = m->probs = m->losses = NULL;
     m->dx = m->demb = NULL;
+    m->loss = NULL;
     m->capacity_rows = 0;
 }
 
@@ -58,22 +57,29 @@ void nn_gpt2_free(nn_gpt2 *m) {
     nn_params_destroy(&m->params);
 }
 
-static fsdp_status ensure_activations(nn_gpt2 *m, int B, int T) {
+// The activations (device memory of dev), allocated at the first forward of a shape and kept while
+// later shapes fit; buffers of another device are allocated again on dev.
+static fsdp_status ensure_activations(nn_gpt2 *m, fsdp_dev *dev, int B, int T) {
     size_t N = (size_t)B * T;
     m->B = B;
     m->T = T;
+    if (m->dev != dev) {
+        free_activations(m);
+        m->dev = dev;
+    }
     if (N <= m->capacity_rows) return FSDP_OK;
     free_activations(m);
     size_t C = (size_t)m->cfg.n_embd, V = (size_t)m->cfg.vocab_size;
-    m->idx = fsdp_alloc(N * sizeof(int32_t), FSDP_MEM_ACTIVATIONS);
-    m->targets = fsdp_alloc(N * sizeof(int32_t), FSDP_MEM_ACTIVATIONS);
+    m->idx = fsdp_dev_alloc(dev, N * sizeof(int32_t), FSDP_MEM_ACTIVATIONS);
+    m->targets = fsdp_dev_alloc(dev, N * sizeof(int32_t), FSDP_MEM_ACTIVATIONS);
+    m->loss = fsdp_dev_alloc(dev, sizeof(double), FSDP_MEM_ACTIVATIONS);
     struct { float **p; size_t n; } want[] = {
         {&m->emb, N * C}, {&m->lnf_out, N * C}, {&m->lnf_mean, N}, {&m->lnf_rstd, N},
         {&m->logits, N * V}, {&m->probs, N * V}, {&m->losses, N}, {&m->dx, N * C}, {&m->demb, N * C},
     };
-    if (!m->idx || !m->targets) return FSDP_ERR_NOMEM;
+    if (!m->idx || !m->targets || !m->loss) return FSDP_ERR_NOMEM;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        *want[i].p = fsdp_alloc(want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        *want[i].p = fsdp_dev_alloc(dev, want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
         if (!*want[i].p) return FSDP_ERR_NOMEM;
     }
     m->capacity_rows = N;
@@ -93,40 +99,46 @@ fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, c
             return fsdp_error(FSDP_ERR_INVALID_ARG, "targets[%d][%d] = %d is outside the vocabulary [0, %d)",
                               n / T, n % T, targets[n], V);
     }
-    FSDP_CHECK(ensure_activations(m, B, T));
+    FSDP_CHECK(ensure_activations(m, ctx->dev, B, T));
     const fsdp_kernels *k = ctx->k;
-    memcpy(m->idx, idx, sizeof(int32_t) * (size_t)N);
-    memcpy(m->targets, targets, sizeof(int32_t) * (size_t)N);
-    nn_embedding_forward(k, &m->wte, m->emb, idx, N, 0);
-    float *owned;
-    const float *wpe = nn_param_f32(m->wpe.weight, &owned);
-    if (!wpe) return fsdp_error(FSDP_ERR_NOMEM, "out of memory widening wpe.weight");
-    for (int b = 0; b < B; b++)  // positions 0..T-1 for every sequence
-        k->add_inplace(m->emb + (size_t)b * T * C, wpe, (size_t)T * C);
-    free(owned);
-    k->dropout_forward(m->emb, m->emb, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
+    fsdp_stream *st = ctx->stream;
+    // from here on only the device copies are used
+    FSDP_CHECK(fsdp_copy_h2d(st, m->idx, idx, sizeof(int32_t) * (size_t)N));
+    FSDP_CHECK(fsdp_copy_h2d(st, m->targets, targets, sizeof(int32_t) * (size_t)N));
+    nn_embedding_forward(ctx, &m->wte, m->emb, m->idx, N, 0);
+    const nn_param *wpe = m->wpe.weight;
+    // positions 0..T-1 for every sequence; a wpe bound only as a bf16 view is added from it directly
+    // (each value widened as it is added: the same sums as adding a widened copy)
+    for (int b = 0; b < B; b++) {
+        float *row = m->emb + (size_t)b * T * C;
+        if (wpe->data || !wpe->data_b16) k->add_inplace(st, row, wpe->data, (size_t)T * C);
+        else k->add_inplace_b16(st, row, wpe->data_b16, (size_t)T * C);
+    }
+    k->dropout_forward(st, m->emb, m->emb, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
                        nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
     const float *x = NULL;
     FSDP_CHECK(nn_sequential_forward(ctx, &m->blocks, m->emb, B, T, &x));
-    nn_layernorm_forward(k, &m->ln_f, m->lnf_out, m->lnf_mean, m->lnf_rstd, x, N);
-    nn_gemm_param(k, 0, 1, N, V, C, m->lnf_out, C, m->wte.weight, C, 0.0f, m->logits, V);
-    m->loss = k->cross_entropy_forward(m->losses, m->probs, m->logits, targets, N, V);
+    nn_layernorm_forward(ctx, &m->ln_f, m->lnf_out, m->lnf_mean, m->lnf_rstd, x, N);
+    nn_gemm_param(ctx, 0, 1, N, V, C, m->lnf_out, C, m->wte.weight, C, 0.0f, m->logits, V);
+    k->cross_entropy_forward(st, m->loss, m->losses, m->probs, m->logits, m->targets, N, V);
     return FSDP_OK;
 }
 
 fsdp_status nn_gpt2_backward(const nn_ctx *ctx, nn_gpt2 *m, float dloss) {
     const fsdp_kernels *k = ctx->k;
+    fsdp_stream *st = ctx->stream;
     int B = m->B, T = m->T, N = B * T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     float *dlogits = m->logits;  // (N, V): logits are not needed any more
-    k->cross_entropy_backward(dlogits, m->probs, m->targets, dloss / (float)N, N, V);
-    nn_gemm_param(k, 0, 0, N, C, V, dlogits, V, m->wte.weight, C, 0.0f, m->dx, C);  // d lnf_out
-    k->gemm(1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
+    k->cross_entropy_backward(st, dlogits, m->probs, m->targets, dloss / (float)N, N, V);
+    nn_gemm_param(ctx, 0, 0, N, C, V, dlogits, V, m->wte.weight, C, 0.0f, m->dx, C);  // d lnf_out
+    k->gemm(st, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
     const float *x_last = m->blocks.count ? m->blocks.blocks[m->blocks.count - 1].out : m->emb;
-    nn_layernorm_backward(k, &m->ln_f, m->demb, m->dx, x_last, m->lnf_mean, m->lnf_rstd, N);
+    nn_layernorm_backward(ctx, &m->ln_f, m->demb, m->dx, x_last, m->lnf_mean, m->lnf_rstd, N);
     FSDP_CHECK(nn_sequential_backward(ctx, &m->blocks, m->demb, m->emb, m->dx));  // dx = d emb
-    k->dropout_backward(m->dx, m->dx, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
+    k->dropout_backward(st, m->dx, m->dx, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
                         nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
-    nn_embedding_backward(k, &m->wte, m->dx, m->idx, N);
-    for (int b = 0; b < B; b++) k->add_inplace(m->wpe.weight->grad, m->dx + (size_t)b * T * C, (size_t)T * C);
+    nn_embedding_backward(ctx, &m->wte, m->dx, m->idx, N);
+    for (int b = 0; b < B; b++)
+        k->add_inplace(st, m->wpe.weight->grad, m->dx + (size_t)b * T * C, (size_t)T * C);
     return FSDP_OK;
 }

@@ -19,10 +19,11 @@ typedef struct {
     nn_embedding wte, wpe;
     nn_sequential blocks;
     nn_layernorm ln_f;
-    // activations of the last forward (N = B*T)
+    // activations of the last forward (N = B*T), device memory of `dev`
     int B, T;
     size_t capacity_rows;
-    int32_t *idx, *targets;  // (N,) copies
+    fsdp_dev *dev;           // the device the buffers below were allocated from (nn_ctx.dev of the forward)
+    int32_t *idx, *targets;  // (N,) device copies of the caller's arrays
     float *emb;              // (N, C) wte + wpe (after dropout)
     float *lnf_out;          // (N, C)
     float *lnf_mean, *lnf_rstd;  // (N,)
@@ -31,12 +32,13 @@ typedef struct {
     float *losses;           // (N,)
     float *dx;               // (N, C)
     float *demb;             // (N, C)
-    double loss;
+    double *loss;            // (1,) device: the mean cross-entropy of the last forward (fsdp_dev_read it)
 } nn_gpt2;
 
 fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg);
 void nn_gpt2_free(nn_gpt2 *m);
-// idx, targets: (B, T) token ids in [0, V); returns the mean cross-entropy in m->loss
+// idx, targets: (B, T) token ids in [0, V), host memory (validated here, then copied to m->idx and
+// m->targets on ctx->stream); the mean cross-entropy goes to the device double m->loss
 fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, const int32_t *targets,
                             int B, int T);
 // gradients of m->loss * dloss accumulated into the parameters' grads

@@ -1,6 +1,6 @@
 // layernorm.h: torch.nn.LayerNorm over the last dimension (elementwise affine).
 #pragma once
-#include "kernels/kernels.h"
+#include "nn/nn_ctx.h"
 #include "nn/param.h"
 
 typedef struct {
@@ -11,9 +11,10 @@ typedef struct {
 } nn_layernorm;
 
 void nn_layernorm_init(nn_layernorm *ln, nn_params *ps, const char *prefix, int C, float eps);
-// out, inp: (N, C); mean, rstd: (N,) saved for backward
-void nn_layernorm_forward(const fsdp_kernels *k, const nn_layernorm *ln, float *out, float *mean,
+// out, inp: (N, C); mean, rstd: (N,) saved for backward (device memory). Parameters bound in bf16 are
+// widened into their device scratch first (nn_param_f32).
+void nn_layernorm_forward(const nn_ctx *ctx, const nn_layernorm *ln, float *out, float *mean,
                           float *rstd, const float *inp, int N);
 // dinp (N, C) overwritten; parameter grads accumulated
-void nn_layernorm_backward(const fsdp_kernels *k, const nn_layernorm *ln, float *dinp, const float *dout,
+void nn_layernorm_backward(const nn_ctx *ctx, const nn_layernorm *ln, float *dinp, const float *dout,
                            const float *inp, const float *mean, const float *rstd, int N);

@@ -2,8 +2,6 @@
 #include "nn/linear.h"
 
 #include <math.h>
-#include <stdlib.h>
-#include <string.h>
 
 void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char *wname,
                     const char *bname, int in, int out, int conv1d) {
@@ -17,34 +15,35 @@ void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char 
     l->conv1d = conv1d;
 }
 
-void nn_gemm_param(const fsdp_kernels *k, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
+void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
                    const nn_param *P, int ldb, float beta, float *C, int ldc) {
-    if (P->data_b16) k->gemm_b16(trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data_b16, ldb, beta, C, ldc);
-    else k->gemm(trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data, ldb, beta, C, ldc);
+    const fsdp_kernels *k = ctx->k;
+    if (P->data_b16) k->gemm_b16(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data_b16, ldb, beta, C, ldc);
+    else k->gemm(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data, ldb, beta, C, ldc);
 }
 
-void nn_linear_forward(const fsdp_kernels *k, const nn_linear *l, float *out, const float *inp, int N) {
-    // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm
-    float *owned;
-    const float *bias = nn_param_f32(l->bias, &owned);
+void nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
+    // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm. A bias bound in
+    // bf16 is widened into its device scratch first (nn_param_f32).
+    const float *bias = nn_param_f32(ctx, l->bias);
     FSDP_ASSERT(bias != NULL);
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * l->out, bias, sizeof(float) * (size_t)l->out);
-    free(owned);
-    if (l->conv1d) nn_gemm_param(k, 0, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, 1.0f, out, l->out);
-    else nn_gemm_param(k, 0, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, 1.0f, out, l->out);
+    ctx->k->fill_rows(ctx->stream, out, bias, N, l->out);
+    if (l->conv1d) nn_gemm_param(ctx, 0, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, 1.0f, out, l->out);
+    else nn_gemm_param(ctx, 0, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, 1.0f, out, l->out);
 }
 
-void nn_linear_backward(const fsdp_kernels *k, const nn_linear *l, float *dinp, int accumulate_dinp,
+void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
                         const float *dout, const float *inp, int N) {
+    const fsdp_kernels *k = ctx->k;
+    fsdp_stream *st = ctx->stream;
     if (dinp) {
         float beta = accumulate_dinp ? 1.0f : 0.0f;
-        if (l->conv1d) nn_gemm_param(k, 0, 1, N, l->in, l->out, dout, l->out, l->weight, l->out, beta, dinp, l->in);
-        else nn_gemm_param(k, 0, 0, N, l->in, l->out, dout, l->out, l->weight, l->in, beta, dinp, l->in);
+        if (l->conv1d) nn_gemm_param(ctx, 0, 1, N, l->in, l->out, dout, l->out, l->weight, l->out, beta, dinp, l->in);
+        else nn_gemm_param(ctx, 0, 0, N, l->in, l->out, dout, l->out, l->weight, l->in, beta, dinp, l->in);
     }
     if (l->conv1d)  // dW (in, out) += inp^T dout
-        k->gemm(1, 0, l->in, l->out, N, 1.0f, inp, l->in, dout, l->out, 1.0f, l->weight->grad, l->out);
+        k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp, l->in, dout, l->out, 1.0f, l->weight->grad, l->out);
     else            // dW (out, in) += dout^T inp
-        k->gemm(1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp, l->in, 1.0f, l->weight->grad, l->in);
-    k->bias_backward(l->bias->grad, dout, N, l->out);
+        k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp, l->in, 1.0f, l->weight->grad, l->in);
+    k->bias_backward(st, l->bias->grad, dout, N, l->out);
 }

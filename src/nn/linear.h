@@ -1,6 +1,6 @@
 // linear.h: torch.nn.Linear (weight (out, in)) and Hugging Face's Conv1D (weight (in, out)).
 #pragma once
-#include "kernels/kernels.h"
+#include "nn/nn_ctx.h"
 #include "nn/param.h"
 
 typedef struct {
@@ -15,11 +15,11 @@ typedef struct {
 void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char *wname,
                     const char *bname, int in, int out, int conv1d);
 // C (M, N) = op(A) @ op(P) + beta * C with the parameter P as the B operand, through the table's
-// gemm (P bound in fp32) or gemm_b16 (P bound in bf16 by mixed precision).
-void nn_gemm_param(const fsdp_kernels *k, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
+// gemm (P bound in fp32) or gemm_b16 (P bound in bf16 by mixed precision). Buffers: device memory.
+void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
                    const nn_param *P, int ldb, float beta, float *C, int ldc);
 // out: (N, out) = inp (N, in) @ W^T + b
-void nn_linear_forward(const fsdp_kernels *k, const nn_linear *l, float *out, const float *inp, int N);
+void nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
 // dW, db += ...; dinp (N, in) = dout @ W (+= when accumulate_dinp); dinp may be NULL
-void nn_linear_backward(const fsdp_kernels *k, const nn_linear *l, float *dinp, int accumulate_dinp,
+void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
                         const float *dout, const float *inp, int N);

@@ -1,15 +1,11 @@
-// loss.c: mean absolute value loss (the seed's `model(x).abs().mean()`).
+// loss.c: mean absolute value loss (the seed's `model(x).abs().mean()`), through the kernel table
+// (the kernels live in kernels/cpu/abs_mean.c).
 #include "nn/loss.h"
 
-double nn_abs_mean_forward(const float *y, size_t n) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (size_t i = 0; i < n; i++) total += y[i] < 0 ? -(double)y[i] : (double)y[i];
-    return total / (double)n;
+void nn_abs_mean_forward(const nn_ctx *ctx, double *loss, const float *y, size_t n) {
+    ctx->k->abs_mean_forward(ctx->stream, loss, y, n);
 }
 
-void nn_abs_mean_backward(float *dy, const float *y, size_t n, float dloss) {
-    float g = dloss / (float)n;
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) dy[i] = y[i] > 0 ? g : (y[i] < 0 ? -g : 0.0f);
+void nn_abs_mean_backward(const nn_ctx *ctx, float *dy, const float *y, size_t n, float dloss) {
+    ctx->k->abs_mean_backward(ctx->stream, dy, y, n, dloss);
 }

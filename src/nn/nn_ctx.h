@@ -1,13 +1,18 @@
-// nn_ctx.h: what every forward/backward call receives: the kernel table, train/eval mode, and the
-// coordinates that make dropout masks reproducible (seed, step, micro-batch) on any rank count.
+// nn_ctx.h: what every forward/backward call receives: the device, the stream its work goes on, the
+// device's kernel table, train/eval mode, and the coordinates that make dropout masks reproducible
+// (seed, step, micro-batch) on any rank count. Modules allocate their activations (lazily, at the first
+// forward of a shape) from ctx->dev and remember it to free them.
 #pragma once
 #include <stdint.h>
 
 #include "core/rng.h"
+#include "device/device.h"
 #include "kernels/kernels.h"
 
 typedef struct {
-    const fsdp_kernels *k;
+    const fsdp_kernels *k;  // fsdp_dev_kernels(dev, bf16)
+    fsdp_dev *dev;          // where activations live
+    fsdp_stream *stream;    // every kernel and copy of the call goes here (the device's compute stream)
     int training;           // dropout active only when training
     uint64_t seed;          // --seed
     uint64_t step;          // optimizer step (and micro-batch) counter: new masks every step

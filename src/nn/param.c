@@ -13,6 +13,8 @@ fsdp_status nn_params_create(nn_params *ps, int capacity) {
 }
 
 void nn_params_destroy(nn_params *ps) {
+    for (int i = 0; i < ps->count; i++)
+        if (ps->items[i].widened) fsdp_dev_free(ps->items[i].widened_dev, ps->items[i].widened);
     free(ps->items);
     ps->items = NULL;
     ps->count = ps->capacity = 0;
@@ -56,12 +58,19 @@ void nn_params_bind_flat(nn_params *ps, float *data, float *grad) {
     }
 }
 
-const float *nn_param_f32(const nn_param *p, float **owned) {
-    *owned = NULL;
+const float *nn_param_f32(const nn_ctx *ctx, nn_param *p) {
     if (p->data || !p->data_b16) return p->data;
-    *owned = malloc(sizeof(float) * (size_t)p->numel);
-    if (*owned) fsdp_bf16_to_f32_array(*owned, p->data_b16, (size_t)p->numel);
-    return *owned;
+    if (p->widened && p->widened_dev != ctx->dev) {  // another device: its copy is of no use here
+        fsdp_dev_free(p->widened_dev, p->widened);
+        p->widened = NULL;
+    }
+    if (!p->widened) {
+        p->widened = fsdp_dev_alloc(ctx->dev, sizeof(float) * (size_t)p->numel, FSDP_MEM_ACTIVATIONS);
+        if (!p->widened) return NULL;
+        p->widened_dev = ctx->dev;
+    }
+    ctx->k->bf16_to_f32(ctx->stream, p->widened, p->data_b16, (size_t)p->numel);
+    return p->widened;
 }
 
 void nn_param_init_slice(const nn_param *p, uint64_t seed, int64_t offset, int64_t n, float *dst) {

@@ -6,6 +6,7 @@
 
 #include "core/rng.h"
 #include "core/status.h"
+#include "nn/nn_ctx.h"
 #include "tensor/tensor.h"
 
 #define NN_NAME_MAX 128
@@ -26,6 +27,8 @@ typedef struct {
     float *data;  // (numel,) bound view, not owned
     float *grad;  // (numel,) bound view, not owned
     const fsdp_bf16 *data_b16;  // (numel,) bf16 view bound instead of `data` (mixed precision), or NULL
+    float *widened;             // (numel,) device: data_b16 widened by nn_param_f32, or NULL (owned)
+    fsdp_dev *widened_dev;      // the device `widened` was allocated from
 } nn_param;
 
 typedef struct {
@@ -35,7 +38,7 @@ typedef struct {
 } nn_params;
 
 fsdp_status nn_params_create(nn_params *ps, int capacity);
-void nn_params_destroy(nn_params *ps);
+void nn_params_destroy(nn_params *ps);  // frees the parameters' widened copies too
 // Appends "prefix" + "name" with the shape; returns the new parameter (never NULL: capacity is asserted).
 nn_param *nn_params_add(nn_params *ps, const char *prefix, const char *name, int ndim,
                         const int64_t *shape, nn_init init);
@@ -43,9 +46,16 @@ nn_param *nn_params_find(const nn_params *ps, const char *name);
 int64_t nn_params_numel(const nn_params *ps);
 // Binds all parameters, in order, to consecutive views of data and grad. data, grad: (numel total,)
 void nn_params_bind_flat(nn_params *ps, float *data, float *grad);
-// The parameter's values as fp32: `data` when bound in fp32, else its bf16 view widened into a new
-// buffer stored in *owned, which the caller frees (*owned stays NULL otherwise). NULL when out of memory.
-const float *nn_param_f32(const nn_param *p, float **owned);
+// The parameter's values as fp32 (device memory), for the kernels that take fp32 parameters (LayerNorm's
+// weight and bias, a Linear's bias): `data` when bound in fp32; when mixed precision bound only the bf16
+// view, that view widened on the device (ctx->k->bf16_to_f32, enqueued on ctx->stream) into p->widened.
+// The widened copy is the parameter's own device scratch of numel floats: allocated from ctx->dev at the
+// first widening (accounted as activations, like the modules' other lazily allocated buffers), refilled
+// by every later call (no allocation per call; the same stream orders each refill after the kernels
+// that read the previous one) and freed by nn_params_destroy. Only the small 1-D parameters are ever
+// widened (the matrix products read bf16 directly), so it costs one (C,) buffer per such parameter.
+// NULL (with fsdp_error set) when out of device memory.
+const float *nn_param_f32(const nn_ctx *ctx, nn_param *p);
 // Fills elements [offset, offset + n) of p's initial values (counter-based per name and --seed, so
 // any rank can produce any slice). dst: (n,)
 void nn_param_init_slice(const nn_param *p, uint64_t seed, int64_t offset, int64_t n, float *dst);

@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/alloc.h"
 
 fsdp_status nn_sequential_create(nn_sequential *s, int count) {
     memset(s, 0, sizeof *s);
@@ -14,12 +13,19 @@ fsdp_status nn_sequential_create(nn_sequential *s, int count) {
     return FSDP_OK;
 }
 
+static void free_backward_buffers(nn_sequential *s) {
+    float **bufs[] = {&s->grad_a, &s->grad_b, &s->scratch};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i]) fsdp_dev_free(s->dev, *bufs[i]);
+        *bufs[i] = NULL;
+    }
+    s->grad_floats = s->scratch_floats = 0;
+}
+
 void nn_sequential_free(nn_sequential *s) {
     for (int i = s->count - 1; i >= 0; i--) nn_block_free(&s->blocks[i]);  // borrowers before the owner
     free(s->blocks);
-    fsdp_free(s->grad_a);
-    fsdp_free(s->grad_b);
-    fsdp_free(s->scratch);
+    free_backward_buffers(s);
     memset(s, 0, sizeof *s);
 }
 
@@ -48,19 +54,30 @@ fsdp_status nn_sequential_forward(const nn_ctx *ctx, nn_sequential *s, const flo
     return FSDP_OK;
 }
 
-static fsdp_status ensure_backward_buffers(nn_sequential *s, size_t grad_floats, size_t scratch_floats) {
+static fsdp_status ensure_backward_buffers(nn_sequential *s, fsdp_dev *dev, size_t grad_floats,
+                                          size_t scratch_floats) {
+    if (s->dev != dev) {  // buffers of another device (or none yet)
+        free_backward_buffers(s);
+        s->dev = dev;
+    }
     if (grad_floats > s->grad_floats) {
-        fsdp_free(s->grad_a);
-        fsdp_free(s->grad_b);
-        s->grad_a = fsdp_alloc(grad_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
-        s->grad_b = fsdp_alloc(grad_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
-        if (!s->grad_a || !s->grad_b) return FSDP_ERR_NOMEM;
+        if (s->grad_a) fsdp_dev_free(dev, s->grad_a);
+        if (s->grad_b) fsdp_dev_free(dev, s->grad_b);
+        s->grad_a = fsdp_dev_alloc(dev, grad_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        s->grad_b = fsdp_dev_alloc(dev, grad_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!s->grad_a || !s->grad_b) {
+            s->grad_floats = 0;
+            return FSDP_ERR_NOMEM;
+        }
         s->grad_floats = grad_floats;
     }
     if (scratch_floats > s->scratch_floats) {
-        fsdp_free(s->scratch);
-        s->scratch = fsdp_alloc(scratch_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
-        if (!s->scratch) return FSDP_ERR_NOMEM;
+        if (s->scratch) fsdp_dev_free(dev, s->scratch);
+        s->scratch = fsdp_dev_alloc(dev, scratch_floats * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!s->scratch) {
+            s->scratch_floats = 0;
+            return FSDP_ERR_NOMEM;
+        }
         s->scratch_floats = scratch_floats;
     }
     return FSDP_OK;
@@ -77,7 +94,7 @@ fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const fl
         size_t need = nn_block_scratch_floats(&s->blocks[i].cfg, B, T);
         scratch = need > scratch ? need : scratch;
     }
-    FSDP_CHECK(ensure_backward_buffers(s, NC, scratch));
+    FSDP_CHECK(ensure_backward_buffers(s, ctx->dev, NC, scratch));
     const float *g = dout;
     for (int i = s->count - 1; i >= 0; i--) {
         CALL_HOOK(s, pre_backward, i);

@@ -18,10 +18,11 @@ typedef struct {
     const nn_hooks *hooks;  // may be NULL
     int checkpointing;      // activation checkpointing: blocks keep only their output; backward
                             // recomputes each block's forward (same dropout masks) before its backward
-    // backward ping-pong buffers and shared scratch, sized on first backward
+    // backward ping-pong buffers and shared scratch (device memory), sized on first backward
     float *grad_a, *grad_b;  // (N, C)
     float *scratch;          // nn_block_scratch_floats
     size_t grad_floats, scratch_floats;
+    fsdp_dev *dev;           // the device they were allocated from
 } nn_sequential;
 
 fsdp_status nn_sequential_create(nn_sequential *s, int count);

@@ -3,7 +3,6 @@
 
 #include <string.h>
 
-#include "core/alloc.h"
 
 enum { SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_FFN_INNER = 3, SITE_FFN_OUT = 4 };
 
@@ -64,23 +63,29 @@ void nn_block_free(nn_block *blk) {
                       &blk->ln2_rstd, &blk->f1, &blk->act, &blk->f2, &blk->r2, &blk->out};
     int borrowed = blk->share && blk->share != blk;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (!borrowed || bufs[i] == &blk->out) fsdp_free(*bufs[i]);
+        if ((!borrowed || bufs[i] == &blk->out) && *bufs[i]) fsdp_dev_free(blk->dev, *bufs[i]);
         *bufs[i] = NULL;
     }
     blk->capacity_rows = 0;
     blk->capacity_att = 0;
 }
 
-static fsdp_status ensure_buffers(nn_block *blk, int B, int T) {
+// The activation buffers (device memory of dev, allocated at the first forward of a shape and kept
+// while later shapes fit). Buffers of another device are freed and allocated again on dev.
+static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)blk->cfg.d_model, F = (size_t)blk->cfg.d_ff;
     size_t H = (size_t)blk->cfg.n_heads;
     size_t att_floats = (size_t)B * H * T * T;
+    if (blk->dev != dev) {
+        nn_block_free(blk);
+        blk->dev = dev;
+    }
     if (blk->share && blk->share != blk) {  // borrow the intermediates, keep a private output
         nn_block *o = blk->share;
-        FSDP_CHECK(ensure_buffers(o, B, T));
+        FSDP_CHECK(ensure_buffers(o, dev, B, T));
         if (N > blk->capacity_rows) {
-            fsdp_free(blk->out);
-            blk->out = fsdp_alloc(N * C * sizeof(float), FSDP_MEM_ACTIVATIONS);
+            if (blk->out) fsdp_dev_free(dev, blk->out);
+            blk->out = fsdp_dev_alloc(dev, N * C * sizeof(float), FSDP_MEM_ACTIVATIONS);
             if (!blk->out) return FSDP_ERR_NOMEM;
             blk->capacity_rows = N;
         }
@@ -105,7 +110,7 @@ static fsdp_status ensure_buffers(nn_block *blk, int B, int T) {
         {&blk->act, N * F}, {&blk->f2, N * C}, {&blk->r2, N * C}, {&blk->out, N * C},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        *want[i].p = fsdp_alloc(want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        *want[i].p = fsdp_dev_alloc(dev, want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
         if (!*want[i].p) return FSDP_ERR_NOMEM;
     }
     blk->capacity_rows = N;
@@ -136,29 +141,30 @@ static fsdp_attention_dims attention_dims(const nn_ctx *ctx, const nn_block *blk
 
 static float site_p(const nn_ctx *ctx, float p) { return ctx->training ? p : 0.0f; }
 
-static void activation_forward(const fsdp_kernels *k, nn_activation a, float *out, const float *inp, size_t n) {
-    if (a == NN_ACT_RELU) k->relu_forward(out, inp, n);
-    else k->gelu_forward(out, inp, n, a == NN_ACT_GELU_TANH);
+static void activation_forward(const nn_ctx *ctx, nn_activation a, float *out, const float *inp, size_t n) {
+    if (a == NN_ACT_RELU) ctx->k->relu_forward(ctx->stream, out, inp, n);
+    else ctx->k->gelu_forward(ctx->stream, out, inp, n, a == NN_ACT_GELU_TANH);
 }
 
 // dinp may alias dout; inp is the activation's input (relu: f1 > 0 iff relu(f1) > 0)
-static void activation_backward(const fsdp_kernels *k, nn_activation a, float *dinp, const float *dout,
+static void activation_backward(const nn_ctx *ctx, nn_activation a, float *dinp, const float *dout,
                                 const float *inp, size_t n) {
-    if (a == NN_ACT_RELU) k->relu_backward(dinp, dout, inp, n);
-    else k->gelu_backward(dinp, dout, inp, n, a == NN_ACT_GELU_TANH);
+    if (a == NN_ACT_RELU) ctx->k->relu_backward(ctx->stream, dinp, dout, inp, n);
+    else ctx->k->gelu_backward(ctx->stream, dinp, dout, inp, n, a == NN_ACT_GELU_TANH);
 }
 
 // fc1 -> activation -> (dropout) -> fc2 -> dropout; inp (N, C) -> blk->f2 (N, C)
 static void ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int N) {
     const fsdp_kernels *k = ctx->k;
+    fsdp_stream *st = ctx->stream;
     size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
-    nn_linear_forward(k, &blk->fc1, blk->f1, inp, N);
-    activation_forward(k, blk->cfg.activation, blk->act, blk->f1, NF);
+    nn_linear_forward(ctx, &blk->fc1, blk->f1, inp, N);
+    activation_forward(ctx, blk->cfg.activation, blk->act, blk->f1, NF);
     if (blk->cfg.ffn_dropout)
-        k->dropout_forward(blk->act, blk->act, NF, site_p(ctx, blk->cfg.dropout),
+        k->dropout_forward(st, blk->act, blk->act, NF, site_p(ctx, blk->cfg.dropout),
                            nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    nn_linear_forward(k, &blk->fc2, blk->f2, blk->act, N);
-    k->dropout_forward(blk->f2, blk->f2, NC, site_p(ctx, blk->cfg.dropout),
+    nn_linear_forward(ctx, &blk->fc2, blk->f2, blk->act, N);
+    k->dropout_forward(st, blk->f2, blk->f2, NC, site_p(ctx, blk->cfg.dropout),
                        nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
 }
 
@@ -166,41 +172,43 @@ static void ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int 
 static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *d_ffn_out,
                          const float *inp, float *sf, float *sc, int N) {
     const fsdp_kernels *k = ctx->k;
+    fsdp_stream *st = ctx->stream;
     size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
-    k->dropout_backward(sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
+    k->dropout_backward(st, sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
                         nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
-    nn_linear_backward(k, &blk->fc2, sf, 0, sc, blk->act, N);
+    nn_linear_backward(ctx, &blk->fc2, sf, 0, sc, blk->act, N);
     if (blk->cfg.ffn_dropout)
-        k->dropout_backward(sf, sf, NF, site_p(ctx, blk->cfg.dropout),
+        k->dropout_backward(st, sf, sf, NF, site_p(ctx, blk->cfg.dropout),
                             nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    activation_backward(k, blk->cfg.activation, sf, sf, blk->f1, NF);
-    nn_linear_backward(k, &blk->fc1, dinp, 1, sf, inp, N);
+    activation_backward(ctx, blk->cfg.activation, sf, sf, blk->f1, NF);
+    nn_linear_backward(ctx, &blk->fc1, dinp, 1, sf, inp, N);
 }
 
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T) {
-    FSDP_CHECK(ensure_buffers(blk, B, T));
+    FSDP_CHECK(ensure_buffers(blk, ctx->dev, B, T));
     const fsdp_kernels *k = ctx->k;
+    fsdp_stream *st = ctx->stream;
     int N = B * T;
     size_t NC = (size_t)N * blk->cfg.d_model;
     fsdp_attention_dims dims = attention_dims(ctx, blk);
     const float *attn_in = inp;
     if (blk->cfg.norm_first) {
-        nn_layernorm_forward(k, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp, N);
+        nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp, N);
         attn_in = blk->ln1_out;
     }
     nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, attn_in);
-    k->dropout_forward(blk->attn_out, blk->attn_out, NC, site_p(ctx, blk->cfg.dropout),
+    k->dropout_forward(st, blk->attn_out, blk->attn_out, NC, site_p(ctx, blk->cfg.dropout),
                        nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT));
-    k->add(blk->r1, inp, blk->attn_out, NC);
+    k->add(st, blk->r1, inp, blk->attn_out, NC);
     if (blk->cfg.norm_first) {
-        nn_layernorm_forward(k, &blk->norm2, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, blk->r1, N);
+        nn_layernorm_forward(ctx, &blk->norm2, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, blk->r1, N);
         ffn_forward(ctx, blk, blk->ln2_out, N);
-        k->add(blk->out, blk->r1, blk->f2, NC);
+        k->add(st, blk->out, blk->r1, blk->f2, NC);
     } else {
-        nn_layernorm_forward(k, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, blk->r1, N);
+        nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, blk->r1, N);
         ffn_forward(ctx, blk, blk->ln1_out, N);
-        k->add(blk->r2, blk->ln1_out, blk->f2, NC);
-        nn_layernorm_forward(k, &blk->norm2, blk->out, blk->ln2_mean, blk->ln2_rstd, blk->r2, N);
+        k->add(st, blk->r2, blk->ln1_out, blk->f2, NC);
+        nn_layernorm_forward(ctx, &blk->norm2, blk->out, blk->ln2_mean, blk->ln2_rstd, blk->r2, N);
     }
     return FSDP_OK;
 }
@@ -208,6 +216,7 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
 void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *dout, const float *inp,
                        float *scratch) {
     const fsdp_kernels *k = ctx->k;
+    fsdp_stream *st = ctx->stream;
     int N = blk->B * blk->T;
     size_t NC = (size_t)N * blk->cfg.d_model;
     float *d1 = scratch, *s2 = d1 + NC, *s3 = s2 + NC, *s4 = s3 + NC;  // (N, C) each
@@ -218,23 +227,23 @@ void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const floa
     fsdp_rng rng_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
     if (blk->cfg.norm_first) {
         // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x))
-        memset(s2, 0, NC * sizeof(float));
+        FSDP_ASSERT(fsdp_dev_memset(st, s2, 0, NC * sizeof(float)) == FSDP_OK);
         ffn_backward(ctx, blk, s2, dout, blk->ln2_out, sf, s3, N);           // s2 = d ln2_out
-        nn_layernorm_backward(k, &blk->norm2, s3, s2, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);
-        k->add(d1, dout, s3, NC);                                             // d1 = d r1
-        k->dropout_backward(s2, d1, NC, p_out, rng_out);                      // s2 = d attn_out
+        nn_layernorm_backward(ctx, &blk->norm2, s3, s2, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);
+        k->add(st, d1, dout, s3, NC);                                         // d1 = d r1
+        k->dropout_backward(st, s2, d1, NC, p_out, rng_out);                  // s2 = d attn_out
         nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, s2, blk->ln1_out, blk->qkv, blk->att,
                         blk->attn_ctx, s3, s3c);                              // s4 = d ln1_out
-        nn_layernorm_backward(k, &blk->norm1, dinp, s4, inp, blk->ln1_mean, blk->ln1_rstd, N);
-        k->add_inplace(dinp, d1, NC);
+        nn_layernorm_backward(ctx, &blk->norm1, dinp, s4, inp, blk->ln1_mean, blk->ln1_rstd, N);
+        k->add_inplace(st, dinp, d1, NC);
     } else {
         // r1 = x + attn(x); h1 = norm1(r1); out = norm2(h1 + ffn(h1))
-        nn_layernorm_backward(k, &blk->norm2, d1, dout, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
+        nn_layernorm_backward(ctx, &blk->norm2, d1, dout, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
         ffn_backward(ctx, blk, d1, d1, blk->ln1_out, sf, s2, N);             // d1 = d h1 (residual + ffn)
-        nn_layernorm_backward(k, &blk->norm1, s2, d1, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // s2 = d r1
-        k->dropout_backward(s3, s2, NC, p_out, rng_out);                      // s3 = d attn_out
+        nn_layernorm_backward(ctx, &blk->norm1, s2, d1, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // s2 = d r1
+        k->dropout_backward(st, s3, s2, NC, p_out, rng_out);                  // s3 = d attn_out
         nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, s3, inp, blk->qkv, blk->att, blk->attn_ctx,
                         s4, s3c);
-        k->add_inplace(dinp, s2, NC);
+        k->add_inplace(st, dinp, s2, NC);
     }
 }

@@ -27,11 +27,12 @@ typedef struct nn_block_s {
     nn_layernorm norm1, norm2;
     nn_mha attn;
     nn_linear fc1, fc2;
-    // activations for the last forward; N = B*T rows
+    // activations for the last forward (device memory); N = B*T rows
     struct nn_block_s *share;  // activation checkpointing: use this block's intermediate buffers (only
                                // `out` stays this block's own); NULL: own buffers
     int B, T;
     size_t capacity_rows, capacity_att;  // allocated sizes of the row buffers and of att
+    fsdp_dev *dev;         // the device the buffers below were allocated from (nn_ctx.dev of the forward)
     float *ln1_out;        // (N, C) norm1 output (post-LN: of r1; pre-LN: of x)
     float *ln1_mean, *ln1_rstd;  // (N,)
     float *qkv;            // (N, 3C)

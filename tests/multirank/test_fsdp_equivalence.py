@@ -75,8 +75,8 @@ def main():
         peaks[name] = int(re.search(r"unsharded_peak (\d+)", out).group(1))
         m = re.search(r"^0\s+\d+\s+(\d+)\s+(\d+)", out, re.M)  # unit "0": numel, padding
         unit_bytes = 4 * (int(m.group(1)) + int(m.group(2)))
-        # with shared memory, block units' gradients live in two alternating shared staging buffers
-        grad_units = 2 if "backend mpi+shm" in out else 1
+        # with shared memory (and the cpu device), block units' gradients live in two alternating shared staging buffers
+        grad_units = 2 if "backend mpi+shm" in out and "device cpu" in out else 1
     chk.close(f"unsharded peak without prefetch = 1 unit of params + {grad_units} of grads", [peaks["no prefetch"]],
               [(1 + grad_units) * unit_bytes], 0, 0)
     chk.close("unsharded peak with limit_all_gathers 1 = 1 unit of params", [peaks["prefetch, limit 1"]],

@@ -1,10 +1,14 @@
 // test_comm.c: every collective against values each rank computes locally (nccl-tests' way: rank r's
 // input element i is a function of (r, i), so the expected output needs no communication).
 // Runs as a plain process (local backend) and under `mpirun -np N` (see tests/CMakeLists.txt).
+// check_pieces: collectives split into pieces by a small limit on elements per MPI call give the same
+// bits as unsplit ones, and really issue more MPI calls.
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
+#include "comm/comm_impl.h"  // fsdp_comm_mpi_calls
 #include "test.h"
 
 static float input(int rank, size_t i) { return (float)((rank + 1) * 0.5 + (double)(i % 1000) * 0.001); }
@@ -14,6 +18,9 @@ static void check_group(fsdp_comm *c, const char *label) {
     size_t counts[] = {1, 7, 1000, 300001};
     for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
         size_t n = counts[ci];
+        // under a small limit on elements per MPI call (the small-limit ctest run) 300001 elements would
+        // be ~43k MPI calls per collective: a smaller large count keeps the (sanitized) run short
+        if (n > 10007 && fsdp_comm_max_count() < 4096) n = 10007;
         float *send = malloc(sizeof(float) * n * (size_t)N), *recv = malloc(sizeof(float) * n * (size_t)N);
         int bad = 0;
         // all-gather, out of place and in place
@@ -107,6 +114,136 @@ static void check_group(fsdp_comm *c, const char *label) {
     CHECK(fsdp_barrier(c) == FSDP_OK);
 }
 
+// fp32 inputs whose sums are exact in any order (multiples of 2^-10 below 2: sums over a few ranks need
+// 14 bits), so MPI may pick a different reduction algorithm for a piece than for the whole buffer and
+// the bits still agree; (i * 37) % 1021 does not repeat within 1021 elements, so a piece read from or
+// written to the wrong offset shows. bf16 payloads are summed here in rank order (any inputs).
+static float exact_input(int rank, size_t i) {
+    return (float)((rank + 1) * 0.25 + (double)((i * 37) % 1021) / 1024.0);
+}
+
+// element i of buf (dtype dt) = rank r's input i
+static void put_input(void *buf, fsdp_dtype dt, size_t i, int r) {
+    if (dt == FSDP_F32) ((float *)buf)[i] = exact_input(r, i);
+    else ((fsdp_bf16 *)buf)[i] = fsdp_f32_to_bf16(input(r, i));
+}
+
+enum {
+    OP_AG, OP_AG_IN_PLACE, OP_RS_SUM, OP_RS_AVG, OP_AR_SUM, OP_AR_AVG, OP_BCAST,
+    OP_IAG, OP_IAG_IN_PLACE, OP_IRS_SUM, OP_IRS_AVG, OP_IAR_SUM, OP_IAR_AVG, N_OPS
+};
+static const char *op_names[N_OPS] = {"all_gather", "all_gather(in place)", "reduce_scatter(sum)",
+                                      "reduce_scatter(avg)", "all_reduce(sum)", "all_reduce(avg)", "broadcast",
+                                      "iall_gather", "iall_gather(in place)", "ireduce_scatter(sum)",
+                                      "ireduce_scatter(avg)", "iall_reduce(sum)", "iall_reduce(avg)"};
+
+// Runs collective `op` on n elements per rank of dtype dt from fresh inputs. send: scratch of (N, n)
+// elements; out: (N, n) elements, first filled with a sentinel, then the result (all-gather: all of it;
+// the others: its first n). Returns the MPI calls it issued.
+static size_t run_op(fsdp_comm *c, int op, fsdp_dtype dt, size_t n, unsigned char *send, unsigned char *out) {
+    int R = fsdp_comm_rank(c), N = fsdp_comm_size(c);
+    size_t es = fsdp_dtype_size(dt), total = n * (size_t)N;
+    memset(out, 0xA5, total * es);
+    fsdp_reduce_op rop = op == OP_RS_AVG || op == OP_AR_AVG || op == OP_IRS_AVG || op == OP_IAR_AVG ? FSDP_AVG : FSDP_SUM;
+    size_t before = fsdp_comm_mpi_calls();
+    fsdp_comm_request *req = NULL;
+    switch (op) {
+    case OP_AG:
+    case OP_IAG:
+        for (size_t i = 0; i < n; i++) put_input(send, dt, i, R);
+        if (op == OP_AG) CHECK(fsdp_all_gather(c, send, out, n, dt) == FSDP_OK);
+        else CHECK(fsdp_iall_gather(c, send, out, n, dt, &req) == FSDP_OK);
+        break;
+    case OP_AG_IN_PLACE:
+    case OP_IAG_IN_PLACE: {
+        unsigned char *mine = out + (size_t)R * n * es;  // (n,) this rank's block of out
+        for (size_t i = 0; i < n; i++) put_input(mine, dt, i, R);
+        if (op == OP_AG_IN_PLACE) CHECK(fsdp_all_gather(c, mine, out, n, dt) == FSDP_OK);
+        else CHECK(fsdp_iall_gather(c, mine, out, n, dt, &req) == FSDP_OK);
+        break;
+    }
+    case OP_RS_SUM:
+    case OP_RS_AVG:
+    case OP_IRS_SUM:
+    case OP_IRS_AVG:
+        for (size_t i = 0; i < total; i++) put_input(send, dt, i, R);
+        if (op == OP_RS_SUM || op == OP_RS_AVG) CHECK(fsdp_reduce_scatter(c, send, out, n, dt, rop) == FSDP_OK);
+        else CHECK(fsdp_ireduce_scatter(c, send, out, n, dt, rop, &req) == FSDP_OK);
+        break;
+    case OP_AR_SUM:
+    case OP_AR_AVG:
+    case OP_IAR_SUM:
+    case OP_IAR_AVG:
+        for (size_t i = 0; i < n; i++) put_input(out, dt, i, R);
+        if (op == OP_AR_SUM || op == OP_AR_AVG) CHECK(fsdp_all_reduce(c, out, n, dt, rop) == FSDP_OK);
+        else CHECK(fsdp_iall_reduce(c, out, n, dt, rop, &req) == FSDP_OK);
+        break;
+    default:  // OP_BCAST: every rank starts from its own values
+        for (size_t i = 0; i < n; i++) put_input(out, dt, i, R);
+        CHECK(fsdp_broadcast(c, out, n, dt, N - 1) == FSDP_OK);
+        break;
+    }
+    if (req) {
+        int done = 0;
+        while (!done) CHECK(fsdp_comm_test(req, &done) == FSDP_OK);
+        CHECK(fsdp_comm_wait(req) == FSDP_OK);
+    }
+    return fsdp_comm_mpi_calls() - before;
+}
+
+// Every collective, split by limits of 1, 7 and 64 elements per MPI call, against the same collective
+// with the limit off: the same bits, and (where the call goes to MPI) at least ceil(n / limit) MPI calls
+// where unsplit there is exactly one (plus, with `seq` on, the blocking forms' sequence check).
+static void check_pieces(fsdp_comm *c, const char *label, int seq) {
+    int N = fsdp_comm_size(c);
+    const char *backend = fsdp_comm_backend(c);
+    size_t counts[] = {1, 7, 8, 50, 1000}, limits[] = {1, 7, 64};
+    size_t max_n = 1000, saved = fsdp_comm_max_count();
+    unsigned char *send = malloc(sizeof(float) * max_n * (size_t)N);  // (N, n) elements of either dtype
+    unsigned char *ref = malloc(sizeof(float) * max_n * (size_t)N);   // (N, n) the unsplit result
+    unsigned char *out = malloc(sizeof(float) * max_n * (size_t)N);   // (N, n) the split result
+    fsdp_comm_set_sequence_check(c, seq);
+    for (int d = 0; d < 2; d++) {
+        fsdp_dtype dt = d == 0 ? FSDP_F32 : FSDP_BF16;
+        for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+            size_t n = counts[ci], bytes = n * (size_t)N * fsdp_dtype_size(dt);
+            for (int op = 0; op < N_OPS; op++) {
+                // plain MPI runs every collective through MPI; shared memory only the broadcast
+                int via_mpi = N > 1 && (strcmp(backend, "mpi") == 0 || op == OP_BCAST);
+                fsdp_comm_set_max_count(SIZE_MAX);  // off: INT_MAX
+                size_t calls_ref = run_op(c, op, dt, n, send, ref);
+                if (via_mpi && (calls_ref < 1 || calls_ref > 1 + (size_t)(seq != 0))) {
+                    fprintf(stderr, "%s: unsplit %s of %zu: %zu MPI calls\n", label, op_names[op], n, calls_ref);
+                    CHECK(0);
+                }
+                for (size_t li = 0; li < sizeof limits / sizeof limits[0]; li++) {
+                    size_t lim = limits[li];
+                    fsdp_comm_set_max_count(lim);
+                    CHECK(fsdp_comm_max_count() == lim);
+                    size_t calls = run_op(c, op, dt, n, send, out);
+                    if (memcmp(out, ref, bytes) != 0) {
+                        fprintf(stderr, "%s (%s): %s %s of %zu, limit %zu: differs from unsplit\n", label, backend,
+                                dt == FSDP_F32 ? "fp32" : "bf16", op_names[op], n, lim);
+                        CHECK(0);
+                    }
+                    if (via_mpi && calls < (n + lim - 1) / lim) {
+                        fprintf(stderr, "%s (%s): %s of %zu, limit %zu: %zu MPI calls, want >= %zu\n", label, backend,
+                                op_names[op], n, lim, calls, (n + lim - 1) / lim);
+                        CHECK(0);
+                    }
+                }
+            }
+        }
+    }
+    fsdp_comm_set_max_count(0);  // the default again (FSDP_COMM_MAX_COUNT, or INT_MAX)
+    CHECK(fsdp_comm_max_count() == saved);
+    fsdp_comm_set_sequence_check(c, 0);
+    CHECK(fsdp_barrier(c) == FSDP_OK);
+    free(send);
+    free(ref);
+    free(out);
+}
+
 int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) {
@@ -114,6 +251,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     int R = fsdp_comm_rank(world), N = fsdp_comm_size(world);
+    const char *env_limit = getenv("FSDP_COMM_MAX_COUNT");  // the small-limit ctest run: in force from the start
+    if (env_limit) CHECK(fsdp_comm_max_count() == (size_t)strtoull(env_limit, NULL, 10));
     check_group(world, "world");
     if (N > 1) {  // an MPI error comes back as a status naming the call (no abort inside MPI): root N is invalid
         float x = 0.0f;
@@ -124,6 +263,17 @@ int main(int argc, char **argv) {
     CHECK(fsdp_comm_split(world, R % 2, R, &half) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(half), (N + 1 - R % 2) / 2);
     check_group(half, "split");
+    check_pieces(world, "world", 0);
+    check_pieces(half, "split (sequence check on)", 1);
+    if (N > 1) {  // ranks splitting collectives differently: the sequence check names it on every rank
+        float x = 1.0f;
+        fsdp_comm_set_max_count(R == 0 ? 100 : 200);
+        fsdp_comm_set_sequence_check(world, 1);
+        CHECK(fsdp_all_reduce(world, &x, 1, FSDP_F32, FSDP_SUM) == FSDP_ERR_COMM);
+        CHECK(strstr(fsdp_last_error(), "elements per MPI call differ") != NULL);
+        fsdp_comm_set_sequence_check(world, 0);
+        fsdp_comm_set_max_count(0);
+    }
     CHECK(fsdp_comm_split_node(world, &node) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(node), N);
     fsdp_comm_stats st = fsdp_comm_get_stats(world);

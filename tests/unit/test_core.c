@@ -1,6 +1,10 @@
 // test_core.c: the counter-based RNG and dropout masks (independent of ranges, offsets and thread
 // counts), allocation accounting, bf16/f16 conversions, AdamW and SGD against double-precision
-// references of torch.optim's formulas, the clipping coefficient and the LR schedule.
+// references of torch.optim's formulas, the clipping coefficient and the LR schedule, and the kernels
+// that moved into the table with the device layer (bf16 addends, row fill, conversions, the abs-mean
+// loss, the SGD step, the device-double scalars) against plain reference loops.
+// Kernels run through the default device's table ($FSDP_DEVICE) on device buffers written and read
+// with copies, so the test passes on the guard device too (FSDP_DEVICE=guard).
 #include <float.h>
 #include <omp.h>
 #include <stdint.h>
@@ -8,10 +12,41 @@
 
 #include "core/alloc.h"
 #include "core/rng.h"
+#include "device/device.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "optim/optim.h"
 #include "tensor/tensor.h"
 #include "test.h"
+
+static fsdp_dev *DEV;
+static fsdp_stream *ST;
+static const fsdp_kernels *K;  // fsdp_dev_kernels(DEV, 0)
+
+static void *dalloc(size_t bytes) {
+    void *p = fsdp_dev_alloc(DEV, bytes ? bytes : 1, FSDP_MEM_ACTIVATIONS);
+    FSDP_ASSERT(p != NULL);
+    return p;
+}
+static void dfree(void *p) { fsdp_dev_free(DEV, p); }
+static void upload(void *dev_dst, const void *host_src, size_t bytes) {
+    CHECK(fsdp_copy_h2d(ST, dev_dst, host_src, bytes) == FSDP_OK);
+}
+static void download(void *host_dst, const void *dev_src, size_t bytes) {
+    CHECK(fsdp_copy_d2h(ST, host_dst, dev_src, bytes) == FSDP_OK);
+    CHECK(fsdp_stream_synchronize(ST) == FSDP_OK);
+}
+// a device copy of host data
+static void *dcopy(const void *host_src, size_t bytes) {
+    void *d = dalloc(bytes);
+    upload(d, host_src, bytes);
+    return d;
+}
+static double read_double(const double *dev_src) {
+    double v = 0.0;
+    CHECK(fsdp_dev_read(ST, &v, dev_src, sizeof v) == FSDP_OK);
+    return v;
+}
 
 // ---------------------------------------------------------------------------------------------
 // (a) RNG and dropout
@@ -69,20 +104,23 @@ static void test_rng_distribution(void) {
 }
 
 static void test_dropout(void) {
-    const fsdp_kernels *k = fsdp_kernels_cpu();
-    size_t n = 100003;
+    size_t n = 100003, bytes = n * sizeof(float);
     float p = 0.3f;
     fsdp_rng rng = {1234, 5678};
     float *x = malloc(n * sizeof(float)), *o1 = malloc(n * sizeof(float)), *o2 = malloc(n * sizeof(float));
     float *d = malloc(n * sizeof(float)), *ones = malloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = 1.0f + (float)(i % 97) * 0.01f, ones[i] = 1.0f;
+    float *xd = dcopy(x, bytes), *onesd = dcopy(ones, bytes), *od = dalloc(bytes), *dd = dalloc(bytes);
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
-    k->dropout_forward(o1, x, n, p, rng);
+    K->dropout_forward(ST, od, xd, n, p, rng);
+    download(o1, od, bytes);
     omp_set_num_threads(2);
-    k->dropout_forward(o2, x, n, p, rng);
+    K->dropout_forward(ST, od, xd, n, p, rng);
+    download(o2, od, bytes);
     CHECK(memcmp(o1, o2, n * sizeof(float)) == 0);
-    k->dropout_backward(d, ones, n, p, rng);  // the same mask from the same rng
+    K->dropout_backward(ST, dd, onesd, n, p, rng);  // the same mask from the same rng
+    download(d, dd, bytes);
     omp_set_num_threads(saved);
 
     float scale = 1.0f / (1.0f - p);
@@ -100,12 +138,15 @@ static void test_dropout(void) {
     CHECK(values_ok);
     CHECK(mask_ok);
     CHECK(bwd_ok);
-    memcpy(o2, x, n * sizeof(float));  // in place gives the same result
-    k->dropout_forward(o2, o2, n, p, rng);
+    upload(od, x, bytes);  // in place gives the same result
+    K->dropout_forward(ST, od, od, n, p, rng);
+    download(o2, od, bytes);
     CHECK(memcmp(o1, o2, n * sizeof(float)) == 0);
-    k->dropout_forward(o2, x, n, 0.0f, rng);  // p = 0 is the identity
+    K->dropout_forward(ST, od, xd, n, 0.0f, rng);  // p = 0 is the identity
+    download(o2, od, bytes);
     CHECK(memcmp(o2, x, n * sizeof(float)) == 0);
     free(x), free(o1), free(o2), free(d), free(ones);
+    dfree(xd), dfree(onesd), dfree(od), dfree(dd);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -236,23 +277,25 @@ static float opt_grad(int step, int i) {  // varying signs and magnitudes, one e
 }
 
 static void test_adamw(void) {
-    const fsdp_kernels *k = fsdp_kernels_cpu();
     fsdp_adamw_config cfg = {1e-3f, 0.9f, 0.999f, 1e-8f, 0.1f};
     float lr = 5e-2f;  // overrides cfg.lr (as a schedule does); weight decay uses it too
     fsdp_adamw full, halves;
-    CHECK(fsdp_adamw_create(&full, cfg, OPT_N) == FSDP_OK);
-    CHECK(fsdp_adamw_create(&halves, cfg, OPT_N) == FSDP_OK);
+    CHECK(fsdp_adamw_create(&full, cfg, OPT_N, DEV) == FSDP_OK);
+    CHECK(fsdp_adamw_create(&halves, cfg, OPT_N, DEV) == FSDP_OK);
+    CHECK(full.dev == DEV);
     float p[OPT_N], q[OPT_N], g[OPT_N];
     double rp[OPT_N], rm[OPT_N] = {0}, rv[OPT_N] = {0};
     for (int i = 0; i < OPT_N; i++) p[i] = q[i] = opt_p0[i], rp[i] = opt_p0[i];
+    float *pd = dcopy(p, sizeof p), *qd = dcopy(q, sizeof q), *gd = dalloc(sizeof g);
     double b1 = cfg.beta1, b2 = cfg.beta2, eps = cfg.eps, wd = cfg.weight_decay, dlr = lr;
     for (int t = 1; t <= OPT_STEPS; t++) {
         for (int i = 0; i < OPT_N; i++) g[i] = opt_grad(t - 1, i);
+        upload(gd, g, sizeof g);
         fsdp_adamw_begin_step(&full);
         fsdp_adamw_begin_step(&halves);
-        fsdp_adamw_update(k, &full, lr, p, g, 0, OPT_N);
-        fsdp_adamw_update(k, &halves, lr, q, g, 0, 2);  // two slices addressed by offset
-        fsdp_adamw_update(k, &halves, lr, q + 2, g + 2, 2, OPT_N - 2);
+        fsdp_adamw_update(K, ST, &full, lr, pd, gd, 0, OPT_N);
+        fsdp_adamw_update(K, ST, &halves, lr, qd, gd, 0, 2);  // two slices addressed by offset
+        fsdp_adamw_update(K, ST, &halves, lr, qd + 2, gd + 2, 2, OPT_N - 2);
         for (int i = 0; i < OPT_N; i++) {
             double gi = g[i];
             rp[i] *= 1.0 - dlr * wd;
@@ -262,16 +305,21 @@ static void test_adamw(void) {
         }
     }
     CHECK_EQ_INT(full.step, OPT_STEPS);
+    float fm[OPT_N], fv[OPT_N], hm[OPT_N], hv[OPT_N];
+    download(p, pd, sizeof p), download(q, qd, sizeof q);
+    download(fm, full.m, sizeof fm), download(fv, full.v, sizeof fv);
+    download(hm, halves.m, sizeof hm), download(hv, halves.v, sizeof hv);
     double worst = 0;
     for (int i = 0; i < OPT_N; i++) {
         worst = fmax(worst, fabs(p[i] - rp[i]));
         CHECK_NEAR(p[i], rp[i], 2e-6);
-        CHECK_NEAR(full.m[i], rm[i], 1e-6);
-        CHECK_NEAR(full.v[i], rv[i], 1e-6);
+        CHECK_NEAR(fm[i], rm[i], 1e-6);
+        CHECK_NEAR(fv[i], rv[i], 1e-6);
     }
     printf("adamw: 3 steps, worst |param - reference| %.2e\n", worst);
     CHECK(memcmp(p, q, sizeof p) == 0);
-    CHECK(memcmp(full.m, halves.m, sizeof(float) * OPT_N) == 0 && memcmp(full.v, halves.v, sizeof(float) * OPT_N) == 0);
+    CHECK(memcmp(fm, hm, sizeof fm) == 0 && memcmp(fv, hv, sizeof fv) == 0);
+    dfree(pd), dfree(qd), dfree(gd);
     fsdp_adamw_free(&full);
     fsdp_adamw_free(&halves);
     fsdp_adamw_config d = fsdp_adamw_defaults();
@@ -285,19 +333,21 @@ static void test_sgd_case(float momentum, float dampening, float wd, int nestero
     fsdp_sgd_config cfg = {0.1f, momentum, dampening, wd, nesterov};
     float lr = 0.05f;
     fsdp_sgd opt, sliced;
-    CHECK(fsdp_sgd_create(&opt, cfg, OPT_N) == FSDP_OK);
-    CHECK(fsdp_sgd_create(&sliced, cfg, OPT_N) == FSDP_OK);
+    CHECK(fsdp_sgd_create(&opt, cfg, OPT_N, DEV) == FSDP_OK);
+    CHECK(fsdp_sgd_create(&sliced, cfg, OPT_N, DEV) == FSDP_OK);
     CHECK((opt.momentum_buf != NULL) == (momentum != 0.0f));
     float p[OPT_N], q[OPT_N], g[OPT_N];
     double rp[OPT_N], buf[OPT_N] = {0};
     for (int i = 0; i < OPT_N; i++) p[i] = q[i] = opt_p0[i], rp[i] = opt_p0[i];
+    float *pd = dcopy(p, sizeof p), *qd = dcopy(q, sizeof q), *gd = dalloc(sizeof g);
     for (int t = 1; t <= OPT_STEPS; t++) {
         for (int i = 0; i < OPT_N; i++) g[i] = opt_grad(t - 1, i);
+        upload(gd, g, sizeof g);
         fsdp_sgd_begin_step(&opt);
         fsdp_sgd_begin_step(&sliced);
-        fsdp_sgd_update(&opt, lr, p, g, 0, OPT_N);
-        fsdp_sgd_update(&sliced, lr, q + 3, g + 3, 3, OPT_N - 3);
-        fsdp_sgd_update(&sliced, lr, q, g, 0, 3);
+        fsdp_sgd_update(K, ST, &opt, lr, pd, gd, 0, OPT_N);
+        fsdp_sgd_update(K, ST, &sliced, lr, qd + 3, gd + 3, 3, OPT_N - 3);
+        fsdp_sgd_update(K, ST, &sliced, lr, qd, gd, 0, 3);
         for (int i = 0; i < OPT_N; i++) {
             double d = (double)g[i] + (double)wd * rp[i];
             if (momentum != 0.0f) {
@@ -307,6 +357,8 @@ static void test_sgd_case(float momentum, float dampening, float wd, int nestero
             rp[i] -= (double)lr * d;
         }
     }
+    download(p, pd, sizeof p), download(q, qd, sizeof q);
+    dfree(pd), dfree(qd), dfree(gd);
     double worst = 0;
     for (int i = 0; i < OPT_N; i++) worst = fmax(worst, fabs(p[i] - rp[i]));
     printf("sgd: momentum %.1f dampening %.1f wd %.2f nesterov %d: worst |param - reference| %.2e\n",
@@ -341,7 +393,258 @@ static void test_schedule(void) {
     CHECK_NEAR(fsdp_lr_warmup_cosine(20, base, 10, 10, lo), base, 1e-9);   // total <= warmup: constant
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// (g) the kernels the device layer moved into the table, against plain reference loops. Sizes on both
+// sides of the kernels' 65536-element threshold for opening a parallel region.
+
+static const size_t kernel_sizes[] = {1, 7, 1000, 70001};
+
+static float test_value(size_t i, int salt) {  // varied signs and magnitudes, some exact zeros
+    if ((i + (size_t)salt) % 13 == 0) return 0.0f;
+    return fsdp_rng_uniform_at((fsdp_rng){31, (uint64_t)salt}, i) * 8.0f - 4.0f;
+}
+
+static void test_add_inplace_b16(void) {
+    int ok = 1;
+    for (size_t s = 0; s < sizeof kernel_sizes / sizeof kernel_sizes[0]; s++) {
+        size_t n = kernel_sizes[s];
+        float *acc = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+        fsdp_bf16 *b = malloc(n * sizeof(fsdp_bf16));
+        for (size_t i = 0; i < n; i++) {
+            acc[i] = test_value(i, 1);
+            b[i] = fsdp_f32_to_bf16(test_value(i, 2) * 1.001f);
+            ref[i] = acc[i] + fsdp_bf16_to_f32(b[i]);  // engine.c's add_bf16
+        }
+        float *accd = dcopy(acc, n * sizeof(float));
+        fsdp_bf16 *bd = dcopy(b, n * sizeof(fsdp_bf16));
+        K->add_inplace_b16(ST, accd, bd, n);
+        download(acc, accd, n * sizeof(float));
+        ok &= memcmp(acc, ref, n * sizeof(float)) == 0;
+        free(acc), free(ref), free(b), dfree(accd), dfree(bd);
+    }
+    CHECK(ok);
+}
+
+static void test_fill_rows_and_broadcasts(void) {
+    static const int shapes[][2] = {{1, 1}, {3, 5}, {300, 257}};  // the last over the threshold
+    int ok = 1;
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int N = shapes[s][0], C = shapes[s][1];
+        size_t nc = (size_t)N * C;
+        float *out = malloc(nc * sizeof(float)), *ref = malloc(nc * sizeof(float)), *row = malloc(C * sizeof(float));
+        for (int c = 0; c < C; c++) row[c] = test_value((size_t)c, 3);
+        for (size_t i = 0; i < nc; i++) out[i] = 777.0f, ref[i] = row[i % (size_t)C];
+        float *outd = dcopy(out, nc * sizeof(float)), *rowd = dcopy(row, C * sizeof(float));
+        K->fill_rows(ST, outd, rowd, N, C);
+        download(out, outd, nc * sizeof(float));
+        ok &= memcmp(out, ref, nc * sizeof(float)) == 0;
+        // bias_add and scale pass their arguments through the table as cpu_bias_add / cpu_scale take them
+        K->bias_add(ST, outd, rowd, N, C);
+        K->scale(ST, outd, 0.75f, nc);
+        cpu_bias_add(ref, row, N, C);
+        cpu_scale(ref, 0.75f, nc);
+        download(out, outd, nc * sizeof(float));
+        ok &= memcmp(out, ref, nc * sizeof(float)) == 0;
+        free(out), free(ref), free(row), dfree(outd), dfree(rowd);
+    }
+    CHECK(ok);
+}
+
+static void test_conversion_kernels(void) {
+    int ok_to = 1, ok_from = 1, ok_in_place = 1;
+    static const float specials[] = {0.0f, -0.0f, 1.0f, -2.5f, INFINITY, -INFINITY, NAN, FLT_MAX, 1e-40f,
+                                     1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 3.0f + 0x1p-7f};
+    size_t nspecial = sizeof specials / sizeof specials[0];
+    for (size_t s = 0; s < sizeof kernel_sizes / sizeof kernel_sizes[0]; s++) {
+        size_t n = kernel_sizes[s] + nspecial;
+        float *src = malloc(n * sizeof(float)), *back = malloc(n * sizeof(float));
+        fsdp_bf16 *h = malloc(n * sizeof(fsdp_bf16)), *ref = malloc(n * sizeof(fsdp_bf16));
+        for (size_t i = 0; i < n; i++) {
+            src[i] = i < nspecial ? specials[i] : test_value(i, 4) * 1.0001f;
+            ref[i] = fsdp_f32_to_bf16(src[i]);
+        }
+        float *srcd = dcopy(src, n * sizeof(float)), *f32d = dalloc(n * sizeof(float));
+        fsdp_bf16 *b16d = dalloc(n * sizeof(fsdp_bf16));
+        K->f32_to_bf16(ST, b16d, srcd, n);
+        download(h, b16d, n * sizeof(fsdp_bf16));
+        ok_to &= memcmp(h, ref, n * sizeof(fsdp_bf16)) == 0;
+        K->bf16_to_f32(ST, f32d, b16d, n);
+        download(back, f32d, n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            float want = fsdp_bf16_to_f32(ref[i]);
+            ok_from &= memcmp(&back[i], &want, sizeof want) == 0;
+        }
+        K->f32_to_bf16_in_place(ST, srcd, n);  // the first 2n bytes become the bf16 values
+        download(h, srcd, n * sizeof(fsdp_bf16));
+        ok_in_place &= memcmp(h, ref, n * sizeof(fsdp_bf16)) == 0;
+        free(src), free(back), free(h), free(ref), dfree(srcd), dfree(f32d), dfree(b16d);
+    }
+    // every bf16 pattern widens to itself << 16
+    size_t all = 0x10000;
+    fsdp_bf16 *pat = malloc(all * sizeof(fsdp_bf16));
+    uint32_t *wide = malloc(all * sizeof(uint32_t));
+    for (size_t i = 0; i < all; i++) pat[i] = (fsdp_bf16)i;
+    fsdp_bf16 *patd = dcopy(pat, all * sizeof(fsdp_bf16));
+    float *wided = dalloc(all * sizeof(float));
+    K->bf16_to_f32(ST, wided, patd, all);
+    download(wide, wided, all * sizeof(float));
+    for (size_t i = 0; i < all; i++) ok_from &= wide[i] == (uint32_t)i << 16;
+    free(pat), free(wide), dfree(patd), dfree(wided);
+    CHECK(ok_to);
+    CHECK(ok_from);
+    CHECK(ok_in_place);
+}
+
+// abs_mean and sum_squares reduce over threads: on one thread the kernels must give exactly the serial
+// reference loop's bits, on the default team the same value to rounding
+static void test_abs_mean_kernels(void) {
+    int saved = omp_get_max_threads();
+    for (size_t s = 0; s < sizeof kernel_sizes / sizeof kernel_sizes[0]; s++) {
+        size_t n = kernel_sizes[s];
+        float *y = malloc(n * sizeof(float)), *dy = malloc(n * sizeof(float)), *ref = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) y[i] = test_value(i, 5);
+        double total = 0.0;
+        for (size_t i = 0; i < n; i++) total += y[i] < 0 ? -(double)y[i] : (double)y[i];
+        double want = total / (double)n;
+        float dloss = 3.0f, g = dloss / (float)n;
+        for (size_t i = 0; i < n; i++) ref[i] = y[i] > 0 ? g : (y[i] < 0 ? -g : 0.0f);
+        float *yd = dcopy(y, n * sizeof(float)), *dyd = dalloc(n * sizeof(float));
+        double garbage = 123.0, *lossd = dcopy(&garbage, sizeof garbage);  // overwritten, not added to
+        omp_set_num_threads(1);
+        K->abs_mean_forward(ST, lossd, yd, n);
+        double one = read_double(lossd);
+        omp_set_num_threads(saved);
+        K->abs_mean_forward(ST, lossd, yd, n);
+        double team = read_double(lossd);
+        CHECK(memcmp(&one, &want, sizeof want) == 0);
+        CHECK_NEAR(team, want, 1e-13 * want);
+        K->abs_mean_backward(ST, dyd, yd, n, dloss);
+        download(dy, dyd, n * sizeof(float));
+        CHECK(memcmp(dy, ref, n * sizeof(float)) == 0);
+        free(y), free(dy), free(ref), dfree(yd), dfree(dyd), dfree(lossd);
+    }
+}
+
+static void test_sum_squares_accumulates(void) {
+    int saved = omp_get_max_threads();
+    size_t n1 = 70001, n2 = 333;
+    float *x = malloc((n1 + n2) * sizeof(float));
+    for (size_t i = 0; i < n1 + n2; i++) x[i] = test_value(i, 6);
+    double s1 = 0.0, s2 = 0.0;  // the serial sums of the two buffers
+    for (size_t i = 0; i < n1; i++) s1 += (double)x[i] * x[i];
+    for (size_t i = n1; i < n1 + n2; i++) s2 += (double)x[i] * x[i];
+    double start = 0.5, want = start + s1 + s2;  // `sq += sum_squares(...)` over the buffers in order
+    float *xd = dcopy(x, (n1 + n2) * sizeof(float));
+    double *accd = dcopy(&start, sizeof start);
+    omp_set_num_threads(1);
+    K->sum_squares(ST, accd, xd, n1);
+    K->sum_squares(ST, accd, xd + n1, n2);
+    double one = read_double(accd);
+    omp_set_num_threads(saved);
+    upload(accd, &start, sizeof start);
+    K->sum_squares(ST, accd, xd, n1);
+    K->sum_squares(ST, accd, xd + n1, n2);
+    double team = read_double(accd);
+    CHECK(memcmp(&one, &want, sizeof want) == 0);
+    CHECK_NEAR(team, want, 1e-13 * want);
+    double host = start;  // the host-returning kernel, summed the way the engine did
+    host += cpu_sum_squares(x, n1);
+    host += cpu_sum_squares(x + n1, n2);
+    CHECK_NEAR(team, host, 1e-13 * want);
+    free(x), dfree(xd), dfree(accd);
+}
+
+static void test_cross_entropy_device_loss(void) {
+    enum { N = 5, V = 7 };
+    static const int32_t tgt[N] = {0, 6, 3, 3, 1};
+    float logits[N * V], probs[N * V], losses[N], dprobs[N * V], dlosses[N];
+    for (int i = 0; i < N * V; i++) logits[i] = test_value((size_t)i, 7);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    double want = cpu_cross_entropy_forward(losses, probs, logits, tgt, N, V);  // on the host
+    float *logitsd = dcopy(logits, sizeof logits), *probsd = dalloc(sizeof probs), *lossesd = dalloc(sizeof losses);
+    int32_t *tgtd = dcopy(tgt, sizeof tgt);
+    double garbage = -1.0, *lossd = dcopy(&garbage, sizeof garbage);
+    K->cross_entropy_forward(ST, lossd, lossesd, probsd, logitsd, tgtd, N, V);
+    double got = read_double(lossd);
+    omp_set_num_threads(saved);
+    download(dprobs, probsd, sizeof dprobs), download(dlosses, lossesd, sizeof dlosses);
+    CHECK(memcmp(&got, &want, sizeof want) == 0);
+    CHECK(memcmp(dprobs, probs, sizeof probs) == 0 && memcmp(dlosses, losses, sizeof losses) == 0);
+    double mean = 0.0;
+    for (int n = 0; n < N; n++) mean += losses[n];
+    CHECK_NEAR(got, mean / N, 1e-6);
+    dfree(logitsd), dfree(probsd), dfree(lossesd), dfree(tgtd), dfree(lossd);
+}
+
+// the SGD kernel against the loop optim/sgd.c ran before it moved (the same float expressions)
+static void test_sgd_kernel(void) {
+    static const struct { float momentum, dampening, wd; int nesterov, first; } cases[] = {
+        {0.0f, 0.0f, 0.0f, 0, 1}, {0.0f, 0.0f, 0.01f, 0, 0}, {0.9f, 0.0f, 0.01f, 0, 1},
+        {0.9f, 0.1f, 0.01f, 0, 0}, {0.9f, 0.0f, 0.0f, 1, 0}, {0.8f, 0.2f, 0.05f, 1, 1},
+    };
+    float lr = 0.05f;
+    int ok = 1;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        size_t n = c % 2 ? 70001 : 1000;
+        float *p = malloc(n * sizeof(float)), *g = malloc(n * sizeof(float)), *b = malloc(n * sizeof(float));
+        float *rp = malloc(n * sizeof(float)), *rb = malloc(n * sizeof(float));
+        for (size_t i = 0; i < n; i++) {
+            p[i] = rp[i] = test_value(i, 8);
+            g[i] = test_value(i, 9);
+            b[i] = rb[i] = test_value(i, 10);
+        }
+        float momentum = cases[c].momentum, dampening = cases[c].dampening, weight_decay = cases[c].wd;
+        int nesterov = cases[c].nesterov, first = cases[c].first;
+        float *buf = momentum != 0.0f ? rb : NULL;
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i];
+            if (weight_decay != 0.0f) gi += weight_decay * rp[i];
+            if (buf) {
+                buf[i] = first ? gi : momentum * buf[i] + (1.0f - dampening) * gi;
+                gi = nesterov ? gi + momentum * buf[i] : buf[i];
+            }
+            rp[i] -= lr * gi;
+        }
+        float *pd = dcopy(p, n * sizeof(float)), *gd = dcopy(g, n * sizeof(float)), *bd = dcopy(b, n * sizeof(float));
+        K->sgd_update(ST, pd, gd, buf ? bd : NULL, n, lr, momentum, dampening, weight_decay, nesterov, first);
+        download(p, pd, n * sizeof(float)), download(b, bd, n * sizeof(float));
+        ok &= memcmp(p, rp, n * sizeof(float)) == 0 && memcmp(b, rb, n * sizeof(float)) == 0;
+        free(p), free(g), free(b), free(rp), free(rb), dfree(pd), dfree(gd), dfree(bd);
+    }
+    CHECK(ok);
+}
+
+// every entry of both tables of the device is set
+#define KERNEL_ENTRIES(X)                                                                                  \
+    X(gemm) X(gemm_b16) X(layernorm_forward) X(layernorm_backward) X(attention_forward) X(attention_backward) \
+    X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dropout_forward) X(dropout_backward) \
+    X(add) X(add_inplace) X(add_inplace_b16) X(scale) X(bias_add) X(fill_rows) X(bias_backward)           \
+    X(f32_to_bf16) X(bf16_to_f32) X(f32_to_bf16_in_place) X(embedding_forward) X(embedding_forward_b16)   \
+    X(embedding_backward) X(cross_entropy_forward) X(cross_entropy_backward) X(abs_mean_forward)          \
+    X(abs_mean_backward) X(adamw_update) X(sgd_update) X(sum_squares)
+
+static void test_tables_complete(void) {
+    const fsdp_kernels *tables[] = {fsdp_dev_kernels(DEV, 0), fsdp_dev_kernels(DEV, 1), fsdp_kernels_cpu(),
+                                    fsdp_kernels_cpu_bf16()};
+    for (size_t t = 0; t < sizeof tables / sizeof tables[0]; t++) {
+        const fsdp_kernels *k = tables[t];
+        CHECK(k != NULL && k->name != NULL);
+        if (!k) continue;
+#define CHECK_ENTRY(e) CHECK(k->e != NULL);
+        KERNEL_ENTRIES(CHECK_ENTRY)
+#undef CHECK_ENTRY
+    }
+    CHECK(fsdp_kernels_cpu()->gemm != fsdp_kernels_cpu_bf16()->gemm);  // the bf16 table's own products
+    CHECK(strcmp(fsdp_kernels_cpu_bf16()->name, "cpu-bf16") == 0);
+}
+
 int main(void) {
+    DEV = fsdp_dev_default();
+    ST = fsdp_dev_stream(DEV, FSDP_STREAM_COMPUTE);
+    K = fsdp_dev_kernels(DEV, 0);
+    printf("device %s, kernels %s\n", fsdp_dev_name(DEV), K->name);
     test_rng_ranges();
     test_rng_distribution();
     test_dropout();
@@ -353,5 +656,13 @@ int main(void) {
     test_sgd_case(0.9f, 0.1f, 0.0f, 0);
     test_sgd_case(0.0f, 0.0f, 0.01f, 0);
     test_schedule();
+    test_tables_complete();
+    test_add_inplace_b16();
+    test_fill_rows_and_broadcasts();
+    test_conversion_kernels();
+    test_abs_mean_kernels();
+    test_sum_squares_accumulates();
+    test_cross_entropy_device_loss();
+    test_sgd_kernel();
     TEST_MAIN_END();
 }

@@ -16,6 +16,11 @@ static int wrap_even_blocks(void *user, const char *type, int index, int64_t num
     return strcmp(type, "TransformerEncoderLayer") == 0 && numel > 0 && index % 2 == 0;
 }
 
+// dst (n,) host = src (n,) device of the state's device
+static fsdp_status read_dev(const fsdp_state *fs, float *dst, const float *src, int64_t n) {
+    return fsdp_dev_read(fsdp_dev_stream(fsdp_state_device(fs), FSDP_STREAM_COMPUTE), dst, src, sizeof(float) * (size_t)n);
+}
+
 static void check_shared_collectives(fsdp_comm *c) {
     int R = fsdp_comm_rank(c), N = fsdp_comm_size(c);
     size_t n = 1000;
@@ -71,9 +76,12 @@ int main(int argc, char **argv) {
         CHECK(strcmp(p.name, orig->name) == 0);
         CHECK_EQ_INT(p.numel, orig->numel);
         float *want = malloc(sizeof(float) * (size_t)(p.shard_numel ? p.shard_numel : 1));
+        float *have = malloc(sizeof(float) * (size_t)(p.shard_numel ? p.shard_numel : 1));
         nn_param_init_slice(orig, 42, p.shard_offset, p.shard_numel, want);
-        for (int64_t j = 0; j < p.shard_numel; j++) bad += p.shard_data[j] != want[j];
+        CHECK(read_dev(fs, have, p.shard_data, p.shard_numel) == FSDP_OK);
+        for (int64_t j = 0; j < p.shard_numel; j++) bad += have[j] != want[j];
         free(want);
+        free(have);
         double held = (double)p.shard_numel;
         CHECK(fsdp_all_reduce_double(world, &held) == FSDP_OK);
         CHECK_EQ_INT((int64_t)held, p.numel);
@@ -96,16 +104,23 @@ int main(int argc, char **argv) {
     for (int i = 0; i < fsdp_named_param_count(fs); i++) {
         fsdp_named_param p = fsdp_named_param_at(fs, i);
         CHECK_EQ_INT(p.shard_numel, p.numel);  // replicated: every rank holds all of it
-        for (int64_t j = 0; j < p.shard_numel; j++) p.shard_data[j] += (float)R;
+        float *v = malloc(sizeof(float) * (size_t)p.numel);
+        CHECK(read_dev(fs, v, p.shard_data, p.shard_numel) == FSDP_OK);
+        for (int64_t j = 0; j < p.shard_numel; j++) v[j] += (float)R;
+        CHECK(fsdp_copy_h2d(fsdp_dev_stream(fsdp_state_device(fs), FSDP_STREAM_COMPUTE), p.shard_data, v,
+                            sizeof(float) * (size_t)p.numel) == FSDP_OK);
+        free(v);
     }
     CHECK(fsdp_sync_module_states(fs) == FSDP_OK);
     bad = 0;
     for (int i = 0; i < fsdp_named_param_count(fs); i++) {
         fsdp_named_param p = fsdp_named_param_at(fs, i);
-        float *want = malloc(sizeof(float) * (size_t)p.numel);
+        float *want = malloc(sizeof(float) * (size_t)p.numel), *have = malloc(sizeof(float) * (size_t)p.numel);
         nn_param_init_slice(&model.params.items[i], 7, 0, p.numel, want);
-        for (int64_t j = 0; j < p.numel; j++) bad += p.shard_data[j] != want[j];
+        CHECK(read_dev(fs, have, p.shard_data, p.numel) == FSDP_OK);
+        for (int64_t j = 0; j < p.numel; j++) bad += have[j] != want[j];
         free(want);
+        free(have);
     }
     CHECK(bad == 0);
     fsdp_free_state(fs);
@@ -116,31 +131,46 @@ int main(int argc, char **argv) {
     mp.param_dtype = mp.reduce_dtype = FSDP_BF16;
     CHECK(fsdp_wrap(&fs, desc, mp, world) == FSDP_OK);
     CHECK(fsdp_init_params(fs, 11) == FSDP_OK);
-    CHECK(strcmp(fsdp_compute_kernels(fs)->name, "cpu-bf16") == 0);
+    fsdp_dev *dev = fsdp_state_device(fs);
+    const char *bf16_table = fsdp_dev_kind(dev) == FSDP_DEVICE_GUARD ? "guard-bf16" : "cpu-bf16";
+    CHECK(strcmp(fsdp_compute_kernels(fs)->name, bf16_table) == 0);
     int B = 2, T = 5, C = layer.d_model;
-    float *x = malloc(sizeof(float) * (size_t)B * T * C), *y_fsdp = malloc(sizeof(float) * (size_t)B * T * C);
+    size_t xn = (size_t)B * T * C;
+    float *x = malloc(sizeof(float) * xn), *y_fsdp = malloc(sizeof(float) * xn), *y_plain = malloc(sizeof(float) * xn);
     for (int i = 0; i < B * T * C; i++) x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
-    nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 0, .seed = 11};
+    float *x_dev = fsdp_dev_alloc(dev, sizeof(float) * xn, FSDP_MEM_ACTIVATIONS);  // (B*T, C) device
+    nn_ctx ctx = fsdp_model_ctx(fs, 0, 11, 0);
+    CHECK(fsdp_copy_h2d(ctx.stream, x_dev, x, sizeof(float) * xn) == FSDP_OK);
     const float *y = NULL;
     CHECK(fsdp_begin_eval(fs) == FSDP_OK);
-    CHECK(nn_sequential_forward(&ctx, &model.seq, x, B, T, &y) == FSDP_OK);
-    memcpy(y_fsdp, y, sizeof(float) * (size_t)B * T * C);
+    CHECK(nn_sequential_forward(&ctx, &model.seq, x_dev, B, T, &y) == FSDP_OK);
+    CHECK(fsdp_dev_read(ctx.stream, y_fsdp, y, sizeof(float) * xn) == FSDP_OK);
     CHECK(fsdp_end_eval(fs) == FSDP_OK);
     fsdp_free_state(fs);
-    float *flat = calloc((size_t)numel, sizeof(float)), *gflat = calloc((size_t)numel, sizeof(float));
-    nn_params_bind_flat(&model.params, flat, gflat);
+    // the plain model: parameters bound to one device buffer holding the bf16-rounded initial values
+    float *host = malloc(sizeof(float) * (size_t)numel);
+    float *flat = fsdp_dev_alloc(dev, sizeof(float) * (size_t)numel, FSDP_MEM_PARAMS);  // (numel,) device
+    float *gflat = fsdp_dev_alloc(dev, sizeof(float) * (size_t)numel, FSDP_MEM_GRADS);  // (numel,) device
+    int64_t off = 0;
     for (int i = 0; i < model.params.count; i++) {
         nn_param *p = &model.params.items[i];
-        nn_param_init_slice(p, 11, 0, p->numel, p->data);
-        for (int64_t j = 0; j < p->numel; j++) p->data[j] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(p->data[j]));
+        nn_param_init_slice(p, 11, 0, p->numel, host + off);
+        for (int64_t j = 0; j < p->numel; j++) host[off + j] = fsdp_bf16_to_f32(fsdp_f32_to_bf16(host[off + j]));
+        off += p->numel;
     }
-    CHECK(nn_sequential_forward(&ctx, &model.seq, x, B, T, &y) == FSDP_OK);
-    CHECK(memcmp(y, y_fsdp, sizeof(float) * (size_t)B * T * C) == 0);
+    CHECK(fsdp_copy_h2d(ctx.stream, flat, host, sizeof(float) * (size_t)numel) == FSDP_OK);
+    nn_params_bind_flat(&model.params, flat, gflat);
+    CHECK(nn_sequential_forward(&ctx, &model.seq, x_dev, B, T, &y) == FSDP_OK);
+    CHECK(fsdp_dev_read(ctx.stream, y_plain, y, sizeof(float) * xn) == FSDP_OK);
+    CHECK(memcmp(y_plain, y_fsdp, sizeof(float) * xn) == 0);
     nn_params_bind_flat(&model.params, NULL, NULL);
-    free(flat);
-    free(gflat);
+    fsdp_dev_free(dev, flat);
+    fsdp_dev_free(dev, gflat);
+    fsdp_dev_free(dev, x_dev);
+    free(host);
     free(x);
     free(y_fsdp);
+    free(y_plain);
     nn_encoder_stack_free(&model);
     int failures = test_failures;
     fsdp_comm_free(world);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device/device.h"
 #include "kernels/kernels.h"
 #include "test.h"
 
@@ -133,6 +134,53 @@ static int bf16_rounds_operands(void) {
     return c == 32.0f;
 }
 
+// The device's tables run the same products as the direct calls: gemm (fp32 table: cpu_gemm; bf16
+// table: cpu_gemm_bf16) and gemm_b16 (cpu_gemm_bf16_b16), bit for bit, on device buffers written and
+// read with copies (so this passes on the guard device too).
+static int table_matches_direct(int bf16, int b16, int ta, int tb, int M, int N, int K, float alpha, float beta) {
+    fsdp_dev *dev = fsdp_dev_default();
+    fsdp_stream *st = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
+    const fsdp_kernels *k = fsdp_dev_kernels(dev, bf16);
+    int lda = (ta ? M : K) + 1, ldb = (tb ? K : N) + 2, ldc = N + 3;
+    size_t asz = (size_t)(ta ? K : M) * lda, bsz = (size_t)(tb ? N : K) * ldb, csz = (size_t)M * ldc;
+    float *A = malloc(sizeof(float) * asz), *B = malloc(sizeof(float) * bsz), *C = malloc(sizeof(float) * csz);
+    float *R = malloc(sizeof(float) * csz);
+    fsdp_bf16 *Bh = malloc(sizeof(fsdp_bf16) * bsz);
+    for (size_t i = 0; i < asz; i++) A[i] = value((long)i, 4);
+    for (size_t i = 0; i < bsz; i++) B[i] = value((long)i, 5);
+    for (size_t i = 0; i < csz; i++) C[i] = R[i] = value((long)i, 6);
+    fsdp_f32_to_bf16_array(Bh, B, bsz);
+    float *Ad = fsdp_dev_alloc(dev, sizeof(float) * asz, FSDP_MEM_ACTIVATIONS);
+    float *Bd = fsdp_dev_alloc(dev, sizeof(float) * bsz, FSDP_MEM_ACTIVATIONS);
+    float *Cd = fsdp_dev_alloc(dev, sizeof(float) * csz, FSDP_MEM_ACTIVATIONS);
+    fsdp_bf16 *Bhd = fsdp_dev_alloc(dev, sizeof(fsdp_bf16) * bsz, FSDP_MEM_ACTIVATIONS);
+    int ok = Ad && Bd && Cd && Bhd;
+    ok &= fsdp_copy_h2d(st, Ad, A, sizeof(float) * asz) == FSDP_OK;
+    ok &= fsdp_copy_h2d(st, Bd, B, sizeof(float) * bsz) == FSDP_OK;
+    ok &= fsdp_copy_h2d(st, Cd, C, sizeof(float) * csz) == FSDP_OK;
+    ok &= fsdp_copy_h2d(st, Bhd, Bh, sizeof(fsdp_bf16) * bsz) == FSDP_OK;
+    if (b16) {
+        k->gemm_b16(st, ta, tb, M, N, K, alpha, Ad, lda, Bhd, ldb, beta, Cd, ldc);
+        cpu_gemm_bf16_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, R, ldc);
+    } else {
+        k->gemm(st, ta, tb, M, N, K, alpha, Ad, lda, Bd, ldb, beta, Cd, ldc);
+        if (bf16) cpu_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+        else cpu_gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
+    }
+    ok &= fsdp_copy_d2h(st, C, Cd, sizeof(float) * csz) == FSDP_OK;
+    ok &= fsdp_stream_synchronize(st) == FSDP_OK;
+    ok &= memcmp(C, R, sizeof(float) * csz) == 0;
+    if (!ok)
+        fprintf(stderr, "table %s%s ta %d tb %d M %d N %d K %d differs from the direct call\n", k->name,
+                b16 ? " gemm_b16" : " gemm", ta, tb, M, N, K);
+    fsdp_dev_free(dev, Ad);
+    fsdp_dev_free(dev, Bd);
+    fsdp_dev_free(dev, Cd);
+    fsdp_dev_free(dev, Bhd);
+    free(A), free(B), free(C), free(R), free(Bh);
+    return ok;
+}
+
 int main(void) {
     int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257},
                       {100, 17, 5}, {345, 70, 40}, {700, 96, 33}, {64, 3100, 9}, {3, 5, 520}};
@@ -182,6 +230,10 @@ int main(void) {
         strcat(used, p < 2 ? ", " : "");
     }
     cpu_gemm_bf16_select(NULL);
+    for (int bf16 = 0; bf16 < 2; bf16++)
+        for (int b16 = 0; b16 < 2; b16++)
+            for (int ta = 0; ta < 2; ta++)
+                for (int tb = 0; tb < 2; tb++) CHECK(table_matches_direct(bf16, b16, ta, tb, 37, 70, 45, 0.5f, 1.0f));
     printf("bf16 GEMM: %d cases (B in fp32 and in bf16) on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");

@@ -1,8 +1,10 @@
 // test_vec_math.c: the vectorised exp against libm's, and the tanh-GELU kernels (computed through
-// x * sigmoid(2u)) against the tanh formula evaluated in double.
+// x * sigmoid(2u)) against the tanh formula evaluated in double. The GELU kernels run through the
+// default device's table ($FSDP_DEVICE) on device buffers written and read with copies.
 #include <math.h>
 #include <stdlib.h>
 
+#include "device/device.h"
 #include "kernels/cpu/vec_math.h"
 #include "kernels/kernels.h"
 #include "test.h"
@@ -24,16 +26,29 @@ int main(void) {
     printf("vexp512 worst relative error %.3g\n", worst);
     CHECK(worst < 3e-7);
 #endif
-    const fsdp_kernels *k = fsdp_kernels_cpu();
+    fsdp_dev *dev = fsdp_dev_default();
+    fsdp_stream *st = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
+    const fsdp_kernels *k = fsdp_dev_kernels(dev, 0);
     enum { N = 4099 };
-    float *x = malloc(N * sizeof(float)), *y = malloc(N * sizeof(float)), *dy = malloc(N * sizeof(float));
-    float *ones = malloc(N * sizeof(float));
+    const size_t bytes = N * sizeof(float);
+    float *x = malloc(bytes), *y = malloc(bytes), *dy = malloc(bytes);
+    float *ones = malloc(bytes);
     for (int i = 0; i < N; i++) {
         x[i] = -12.0f + 24.0f * (float)i / N;
         ones[i] = 1.0f;
     }
-    k->gelu_forward(y, x, N, 1);
-    k->gelu_backward(dy, ones, x, N, 1);
+    float *x_dev = fsdp_dev_alloc(dev, bytes, FSDP_MEM_ACTIVATIONS);
+    float *y_dev = fsdp_dev_alloc(dev, bytes, FSDP_MEM_ACTIVATIONS);
+    float *dy_dev = fsdp_dev_alloc(dev, bytes, FSDP_MEM_ACTIVATIONS);
+    float *ones_dev = fsdp_dev_alloc(dev, bytes, FSDP_MEM_ACTIVATIONS);
+    CHECK(x_dev && y_dev && dy_dev && ones_dev);
+    CHECK(fsdp_copy_h2d(st, x_dev, x, bytes) == FSDP_OK);
+    CHECK(fsdp_copy_h2d(st, ones_dev, ones, bytes) == FSDP_OK);
+    k->gelu_forward(st, y_dev, x_dev, N, 1);
+    k->gelu_backward(st, dy_dev, ones_dev, x_dev, N, 1);
+    CHECK(fsdp_copy_d2h(st, y, y_dev, bytes) == FSDP_OK);
+    CHECK(fsdp_copy_d2h(st, dy, dy_dev, bytes) == FSDP_OK);
+    CHECK(fsdp_stream_synchronize(st) == FSDP_OK);
     double worst_f = 0.0, worst_b = 0.0;
     for (int i = 0; i < N; i++) {
         double xd = x[i], u = sqrt(2.0 / M_PI) * (xd + 0.044715 * xd * xd * xd), th = tanh(u);
@@ -51,5 +66,9 @@ int main(void) {
     free(y);
     free(dy);
     free(ones);
+    fsdp_dev_free(dev, x_dev);
+    fsdp_dev_free(dev, y_dev);
+    fsdp_dev_free(dev, dy_dev);
+    fsdp_dev_free(dev, ones_dev);
     TEST_MAIN_END();
 }

@@ -90,29 +90,38 @@ static void train(mixed_model *m, fsdp_config cfg, fsdp_comm *comm, const float 
     ac.lr = 1e-4f;
     CHECK(fsdp_optimizer_create(fs, ac) == FSDP_OK);
     size_t local = (size_t)b * SEQ * D_MODEL;
-    const float *xin = x + (size_t)R * local;
-    float *dy = malloc(sizeof(float) * local);
+    fsdp_dev *dev = fsdp_state_device(fs);
+    fsdp_stream *st = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
+    float *xin = fsdp_dev_alloc(dev, sizeof(float) * local, FSDP_MEM_ACTIVATIONS);  // (local,) device
+    float *dy = fsdp_dev_alloc(dev, sizeof(float) * local, FSDP_MEM_ACTIVATIONS);   // (local,) device
+    double *loss_dev = fsdp_dev_alloc(dev, sizeof(double), FSDP_MEM_OTHER);        // (1,) device
+    CHECK(fsdp_copy_h2d(st, xin, x + (size_t)R * local, sizeof(float) * local) == FSDP_OK);
     for (int step = 0; step < STEPS; step++) {
-        nn_ctx ctx = {.k = fsdp_compute_kernels(fs), .training = 1, .seed = 5, .step = (uint64_t)step};
+        nn_ctx ctx = fsdp_model_ctx(fs, 1, 5, (uint64_t)step);
         const float *y = NULL;
         fsdp_zero_grad(fs);
         CHECK(fsdp_begin_forward(fs, 1) == FSDP_OK);
         CHECK(nn_sequential_forward(&ctx, &m->seq, xin, b, SEQ, &y) == FSDP_OK);
-        double loss = nn_abs_mean_forward(y, local);
-        nn_abs_mean_backward(dy, y, local, 1.0f);
+        double loss = 0.0;
+        nn_abs_mean_forward(&ctx, loss_dev, y, local);
+        CHECK(fsdp_dev_read(st, &loss, loss_dev, sizeof loss) == FSDP_OK);
+        nn_abs_mean_backward(&ctx, dy, y, local, 1.0f);
         CHECK(nn_sequential_backward(&ctx, &m->seq, dy, xin, NULL) == FSDP_OK);
         CHECK(fsdp_end_backward(fs) == FSDP_OK);
         CHECK(fsdp_all_reduce_double(comm, &loss) == FSDP_OK);
         losses[step] = loss / N;
         for (int i = 0; step == 0 && i < fsdp_named_param_count(fs); i++) {
             fsdp_named_param p = fsdp_named_param_at(fs, i);
-            memcpy(grads[i] + p.shard_offset, p.shard_grad, sizeof(float) * (size_t)p.shard_numel);
+            CHECK(fsdp_dev_read(st, grads[i] + p.shard_offset, p.shard_grad, sizeof(float) * (size_t)p.shard_numel) ==
+                  FSDP_OK);
             first[i] = p.shard_offset;
             count[i] = p.shard_numel;
         }
         fsdp_optimizer_step(fs, ac.lr);
     }
-    free(dy);
+    fsdp_dev_free(dev, xin);
+    fsdp_dev_free(dev, dy);
+    fsdp_dev_free(dev, loss_dev);
     fsdp_free_state(fs);
 }
 

@@ -1,4 +1,6 @@
 // cpu_kernels.h: the CPU implementations behind fsdp_kernels_cpu(); see kernels.h for contracts.
+// These take no stream and return host scalars where the table's entries write device ones: the
+// table (table.c) wraps each of them; tests and benches call them directly on host memory.
 #pragma once
 #include <omp.h>
 
@@ -26,9 +28,15 @@ void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_r
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
 void cpu_add_inplace(float *acc, const float *b, size_t n);
+void cpu_add_inplace_b16(float *acc, const fsdp_bf16 *b, size_t n);
 void cpu_scale(float *x, float s, size_t n);
 void cpu_bias_add(float *out, const float *bias, int N, int C);
+void cpu_fill_rows(float *out, const float *row, int N, int C);
 void cpu_bias_backward(float *dbias, const float *dout, int N, int C);
+// conversions (convert.c); the in-place one is tensor.h's fsdp_f32_to_bf16_in_place (serial: its
+// chunks overlap the bytes of earlier ones, so they cannot be split over threads)
+void cpu_f32_to_bf16(fsdp_bf16 *dst, const float *src, size_t n);
+void cpu_bf16_to_f32(float *dst, const fsdp_bf16 *src, size_t n);
 void cpu_embedding_forward(float *out, const int32_t *idx, const float *table, int N, int C, int accumulate);
 void cpu_embedding_forward_b16(float *out, const int32_t *idx, const fsdp_bf16 *table, int N, int C, int accumulate);
 void cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, int N, int C);
@@ -36,7 +44,12 @@ double cpu_cross_entropy_forward(float *losses, float *probs, const float *logit
                                  const int32_t *targets, int N, int V);
 void cpu_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
                                 float dloss, int N, int V);
+// mean |y| over n values (summed in double), and dy = sign(y) * dloss / n
+double cpu_abs_mean_forward(const float *y, size_t n);
+void cpu_abs_mean_backward(float *dy, const float *y, size_t n, float dloss);
 void cpu_adamw_update(float *param, const float *grad, float *m, float *v, size_t n, float lr,
                       float beta1, float beta2, float eps, float weight_decay, float step_size,
                       float bias2_sqrt);
+void cpu_sgd_update(float *param, const float *grad, float *momentum_buf, size_t n, float lr, float momentum,
+                    float dampening, float weight_decay, int nesterov, int first);
 double cpu_sum_squares(const float *x, size_t n);

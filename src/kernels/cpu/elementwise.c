@@ -1,5 +1,7 @@
-// elementwise.c: residual adds, scaling, bias broadcast and its gradient, sum of squares.
+// elementwise.c: residual adds (fp32 and bf16 addends), scaling, bias broadcast and its gradient, row
+// fill, sum of squares.
 #include <stdlib.h>
+#include <string.h>
 
 #include "kernels/cpu/cpu_kernels.h"
 
@@ -11,6 +13,12 @@ void cpu_add(float *out, const float *a, const float *b, size_t n) {
 void cpu_add_inplace(float *acc, const float *b, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) acc[i] += b[i];
+}
+
+// the loop engine.c's add_bf16 ran (gradient shards += bf16 reduce-scatter results)
+void cpu_add_inplace_b16(float *acc, const fsdp_bf16 *b, size_t n) {
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (size_t i = 0; i < n; i++) acc[i] += fsdp_bf16_to_f32(b[i]);
 }
 
 void cpu_scale(float *x, float s, size_t n) {
@@ -25,6 +33,12 @@ void cpu_bias_add(float *out, const float *bias, int N, int C) {
 #pragma omp simd
         for (int c = 0; c < C; c++) row[c] += bias[c];
     }
+}
+
+// the bias copy nn_linear_forward did before its GEMM (torch.addmm starts from the bias)
+void cpu_fill_rows(float *out, const float *row, int N, int C) {
+#pragma omp parallel for schedule(static) if ((size_t)N * (size_t)C > 65536)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * C, row, sizeof(float) * (size_t)C);
 }
 
 void cpu_bias_backward(float *dbias, const float *dout, int N, int C) {

@@ -1,0 +1,34 @@
+// device_comm.h: collectives on device buffers, enqueued on a stream.
+//
+// The collective starts after the work queued on s before it; later work on s, and any stream that
+// waits for an event recorded on s after it, sees its result. Semantics are comm.h's (NCCL's): counts
+// per rank, all_gather in place when send == recv + rank*count, AVG divides by the group size. Buffers
+// are memory of s's device (fsdp_dev_alloc or registered); every rank of c makes the same calls in the
+// same order. Which backend moves the bytes is chosen when the world is created (comm.h: "mpi+shm",
+// "mpi", "local"); NCCL will plug in here for the CUDA device, on its comm stream.
+//
+// CPU device: all_gather, reduce_scatter and all_reduce start as nonblocking requests (fsdp_i*, which
+// the local and shared-memory backends complete at once) and stay in flight on s until an event on s
+// is synchronized or waited for, s is synchronized, or a later operation on s needs their buffers
+// (kernels: always). Until then their buffers must not be touched from another stream without an event.
+// broadcast and all_reduce_double run to completion.
+// Guard device: every collective runs to completion inside the call, with the device's memory open.
+#pragma once
+#include <stddef.h>
+
+#include "comm/comm.h"
+#include "core/status.h"
+#include "device/device.h"
+#include "tensor/tensor.h"
+
+// send (count,), recv (size*count,)
+fsdp_status fsdp_dev_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);
+// send (size*count,), recv (count,)
+fsdp_status fsdp_dev_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
+                                    fsdp_dtype dt, fsdp_reduce_op op);
+// buf (count,), in place
+fsdp_status fsdp_dev_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op);
+// buf (count,): root's values on every rank
+fsdp_status fsdp_dev_broadcast(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root);
+// host_value: one host double (a loss or norm already read back), summed over c's ranks
+fsdp_status fsdp_dev_all_reduce_double(fsdp_stream *s, fsdp_comm *c, double *host_value);
