@@ -28,11 +28,12 @@ test: build
 # The whole suite (C tests, Python-driven tests, mpirun runs) against binaries built with AddressSanitizer,
 # LeakSanitizer and UBSan (no recovery), in a separate build tree. Each test runs through
 # tests/sanitizers/run-sanitized.sh, which sets the sanitizer options and fails the test on any report.
-# The fuzz tests are left out: they build their own clang+ASan harnesses, the same as in `make test`.
+# The fuzz tests are left out: they build their own clang+ASan harnesses, the same as in `make test`; so are
+# the guard-device reruns (label guard): the device layer itself runs under the sanitizers in test_device.
 test-asan: deps
 	@cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DFSDP_SANITIZE=ON -DFSDP_WERROR=ON > build-asan.cmake.log 2>&1 || (cat build-asan.cmake.log; exit 1)
 	@cmake --build build-asan -j $(JOBS)
-	@cd build-asan && ctest --output-on-failure -j 1 -LE fuzz
+	@cd build-asan && ctest --output-on-failure -j 1 -LE "fuzz|guard"
 
 # The library, public headers (PREFIX/include/fsdp), pkg-config file and tools; see README "Using the library".
 PREFIX ?= /usr/local
