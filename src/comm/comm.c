@@ -375,7 +375,12 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
         *done = 1;
         return FSDP_OK;
     }
-    return comm_mpi_check(MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE), "MPI_Test");
+    double t0 = fsdp_now_sec();
+    fsdp_status s = comm_mpi_check(MPI_Test(&req->mpi, done, MPI_STATUS_IGNORE), "MPI_Test");
+    // a completed MPI_Test frees the handle (MPI_REQUEST_NULL), so fsdp_comm_wait will not count it:
+    // the bytes and this call's time are accounted here
+    if (s == FSDP_OK && *done) account(req->comm, t0, req->bytes);
+    return s;
 }
 
 fsdp_status fsdp_comm_wait(fsdp_comm_request *req) {
