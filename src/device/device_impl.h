@@ -60,6 +60,8 @@ typedef struct {
 typedef struct {
     unsigned char *base;    // (reserved,) the arena
     size_t reserved, page;
+    void *map;          // the whole reservation as mmap returned it (base is its first 2 MiB boundary)
+    size_t map_len;
     size_t top;             // end of the last block: [base, base + top) is what enter opens
     guard_block *blocks;    // (n_blocks,) sorted by offset, covering [0, top); the last one is live
     int n_blocks, cap_blocks;
