@@ -289,10 +289,14 @@ void *dev_guard_alloc(fsdp_dev *d, size_t bytes, fsdp_mem_category cat) {
     b->bytes = bytes;
     b->cat = (int)cat;
     unsigned char *p = g->base + b->off;
-    if (g->depth > 0) protect(p, len, PROT_READ | PROT_WRITE);  // allocated inside a call: open now
+    // zeros (never touched, or given back with MADV_DONTNEED when it was freed), written once here as
+    // the CPU device's fsdp_alloc does, so the pages are resident and the OS's figures match the accounting
+    protect(p, len, PROT_READ | PROT_WRITE);
+    memset(p, 0, bytes);
+    if (g->depth == 0) protect(p, len, PROT_NONE);  // allocated inside a call: stays open
     pthread_mutex_unlock(&g->lock);
     fsdp_mem_track(cat, bytes, +1);
-    return p;  // zeros: never touched, or given back with MADV_DONTNEED when it was freed
+    return p;
 }
 
 void dev_guard_free(fsdp_dev *d, void *p) {
