@@ -38,7 +38,22 @@ fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap
     if (!o->resume) return FSDP_OK;
     *found = 1;
     if (strcmp(o->resume, "auto") != 0) {
+        struct stat st;
+        if (stat(o->resume, &st) != 0)
+            return fsdp_error(FSDP_ERR_MISSING, "--resume %s: no such directory", o->resume);
+        if (!S_ISDIR(st.st_mode))
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume %s: not a directory (expected a checkpoint directory, "
+                              "or a --ckpt-dir holding step_NNNNNNNN checkpoints)", o->resume);
+        char marker[4200];
+        snprintf(marker, sizeof marker, "%s/DONE", o->resume);
         snprintf(dir, cap, "%s", o->resume);
+        if (access(marker, F_OK) == 0) return FSDP_OK;  // a checkpoint itself
+        // no marker: the parent --ckpt-dir, whose newest complete step_* checkpoint is meant (as auto)
+        int latest = 0;
+        char newest[4096];
+        FSDP_CHECK(fsdp_ckpt_latest(o->resume, newest, sizeof newest, &latest));
+        if (latest) snprintf(dir, cap, "%s", newest);
+        // else: dir stays o->resume, and the load names what is missing (an incomplete checkpoint's DONE)
         return FSDP_OK;
     }
     if (!o->dir) return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume auto needs --ckpt-dir");
