@@ -96,9 +96,14 @@ static int dashes(const char *line) {
     return n >= 20 && (line[n] == 0 || line[n] == '\n');
 }
 
+// SIGINT/SIGTERM sent to fsdp-run (kill: si_code <= 0) are passed to mpirun, which passes them to the
+// ranks. A terminal's Ctrl-C (si_code SI_KERNEL) reached mpirun already, being in the same process
+// group: passing it again would be mpirun's second SIGINT, which aborts at once instead of letting the
+// ranks save their checkpoint.
 static volatile sig_atomic_t child_pid;
-static void forward(int sig) {
-    if (child_pid > 0) kill((pid_t)child_pid, sig);
+static void forward(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    if (child_pid > 0 && (!info || info->si_code <= 0)) kill((pid_t)child_pid, sig);
 }
 
 int main(int argc, char **argv) {
@@ -201,9 +206,9 @@ int main(int argc, char **argv) {
     child_pid = pid;
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
-    sa.sa_handler = forward;  // SIGINT/SIGTERM to fsdp-run reach mpirun, which passes them to the ranks
+    sa.sa_sigaction = forward;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
 
