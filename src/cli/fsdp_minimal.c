@@ -252,7 +252,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS));
-    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
+    if (o->save_path && cli_save_weights("fsdp-minimal", fs, o->save_path, R) != FSDP_OK) goto failed;
     goto done;
 failed:
     rc = fail(fsdp_last_error());

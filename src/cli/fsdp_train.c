@@ -89,25 +89,6 @@ static fsdp_status read_loss(const nn_ctx *ctx, const nn_gpt2 *model, double *lo
     return fsdp_dev_read(ctx->stream, loss, model->loss, sizeof *loss);
 }
 
-// --save: writes the full weights (collective) and, on rank 0, confirms what the file holds in one line.
-static fsdp_status save_weights(fsdp_state *fs, const char *path, int rank) {
-    FSDP_CHECK(fsdp_save_full(fs, path, 0));
-    if (rank != 0) return FSDP_OK;
-    st_file *f = NULL;
-    FSDP_CHECK(st_open(path, &f));  // read back: the line states what is on disk
-    int64_t numel = 0;
-    for (int i = 0; i < st_count(f); i++) {
-        const st_entry *e = st_entry_at(f, i);
-        int64_t n = 1;
-        for (int d = 0; d < e->ndim; d++) n *= e->shape[d];
-        numel += n;
-    }
-    printf("fsdp-train: saved %d tensors (%.2fM parameters) to %s\n", st_count(f), (double)numel / 1e6, path);
-    fflush(stdout);
-    st_close(f);
-    return FSDP_OK;
-}
-
 static int fail(const char *msg) {
     fprintf(stderr, "fsdp-train: %s\n", msg);
     return 1;
@@ -429,7 +410,7 @@ static int run(train_options *o, fsdp_comm *world) {
             if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
                                 o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)"
                                             : o->save_path ? "; saving the weights" : "");
-            if (o->save_path && save_weights(fs, o->save_path, R) != FSDP_OK) goto failed;
+            if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
             rc = 130;
             goto done;
         }
@@ -460,7 +441,7 @@ static int run(train_options *o, fsdp_comm *world) {
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
     }
     if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) goto failed;
-    if (o->save_path && save_weights(fs, o->save_path, R) != FSDP_OK) goto failed;
+    if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
     if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
     goto done;
 failed:

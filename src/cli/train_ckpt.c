@@ -33,6 +33,24 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
     return FSDP_OK;
 }
 
+fsdp_status cli_save_weights(const char *prog, fsdp_state *fs, const char *path, int rank) {
+    FSDP_CHECK(fsdp_save_full(fs, path, 0));
+    if (rank != 0) return FSDP_OK;
+    st_file *f = NULL;
+    FSDP_CHECK(st_open(path, &f));  // read back: the line states what is on disk
+    int64_t numel = 0;
+    for (int i = 0; i < st_count(f); i++) {
+        const st_entry *e = st_entry_at(f, i);
+        int64_t n = 1;
+        for (int d = 0; d < e->ndim; d++) n *= e->shape[d];
+        numel += n;
+    }
+    printf("%s: saved %d tensors (%.2fM parameters) to %s\n", prog, st_count(f), (double)numel / 1e6, path);
+    fflush(stdout);
+    st_close(f);
+    return FSDP_OK;
+}
+
 fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap, int *found) {
     *found = 0;
     if (!o->resume) return FSDP_OK;

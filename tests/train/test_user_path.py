@@ -2,7 +2,8 @@
 - --log-jsonl: a resumed run appends (the earlier run's records stay: steps 0..4 after 0..2 then a
   resume to 5); a fresh run without --resume starts the file anew. The gradient norm is in every step
   line ("grad norm X") and every JSONL record ("grad_norm", the same value, finite and positive).
-- --save confirms in one line, once on 2 ranks, the tensors and parameters the file holds.
+- --save confirms in one line, once on 2 ranks, the tensors and parameters the file holds (fsdp-train
+  and fsdp-minimal).
 - The end-of-run trace summary says "dropped" only with a span buffer (--trace), not when tracing is off.
 - --resume DIR that does not exist: one line "no such directory" (no "DONE"); --resume given the parent
   --ckpt-dir picks its newest complete checkpoint (an incomplete newer one skipped) and continues bitwise.
@@ -32,7 +33,7 @@ def step_records(path):
     return [r for r in records(path) if "step" in r]
 
 
-def check_logs(chk, train, tmp):
+def check_logs(chk, train, minimal, tmp):
     ck, log = f"{tmp}/ck", f"{tmp}/log.jsonl"
     r = proc([train] + MODEL + ["--steps", "3", "--ckpt-dir", ck, "--log-jsonl", log])
     proc([train] + MODEL + ["--steps", "5", "--log-jsonl", f"{tmp}/whole.jsonl"])
@@ -65,6 +66,14 @@ def check_logs(chk, train, tmp):
     lines = [x for x in r.stdout.splitlines() if "saved" in x]
     chk.true("--save: one line (2 ranks) with the file's tensor and parameter counts", lines == [want],
              f"{lines} vs {want!r}")
+    msave = f"{tmp}/m.safetensors"
+    m = mpirun(2, [minimal, "--layers", "1", "--d-model", "16", "--heads", "2", "--ffn", "32", "--batch", "4",
+                   "--threads", "1", "--steps", "1", "--save", msave])
+    mt = {k: v for k, v in st_read(msave)[0].items() if k != "__metadata__"}
+    mnum = sum(int(__import__("numpy").prod(v["shape"])) for v in mt.values())
+    lines = [x for x in m.stdout.splitlines() if "saved" in x]
+    chk.true("fsdp-minimal --save: the same one line", lines == [f"fsdp-minimal: saved {len(mt)} tensors "
+             f"({mnum / 1e6:.2f}M parameters) to {msave}"], str(lines))
 
     # the trace summary: "dropped" only where a span buffer exists
     off = [x for x in r.stdout.splitlines() if x.startswith("trace rank")]
@@ -141,7 +150,7 @@ def main():
     chk = Checker("user path")
     train, ckpt_tool = os.path.join(args.bin, "fsdp-train"), os.path.join(args.bin, "fsdp-ckpt")
     tmp = tmpdir()
-    check_logs(chk, train, tmp)
+    check_logs(chk, train, os.path.join(args.bin, "fsdp-minimal"), tmp)
     check_resume_errors(chk, train, ckpt_tool, tmp)
     check_config(chk, train, ckpt_tool, tmp)
     chk.report()
