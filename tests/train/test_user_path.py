@@ -12,7 +12,8 @@
   command line overrides it; the run equals, bitwise, the same flags typed on the command line. The
   resolved configuration is printed at start ("config: ... --steps 3 ..."), is the JSONL's first record
   and is in the checkpoint's metadata ("setting.config", "setting.lr"); a bad line is one error naming
-  the file and the line, exit 2."""
+  the file and the line, exit 2. fsdp-minimal takes the same --config (its run equals the typed flags;
+  --summary prints the configuration; the checkpoint records it)."""
 import json
 import os
 import sys
@@ -107,7 +108,7 @@ def check_resume_errors(chk, train, ckpt_tool, tmp):
                  f"rc {r.returncode}: {r.stdout}{r.stderr}")
 
 
-def check_config(chk, train, ckpt_tool, tmp):
+def check_config(chk, train, minimal, tmp):
     cfg = f"{tmp}/run.cfg"
     with open(cfg, "w") as f:
         f.write("# a small model\nlayers 1\nd-model = 32\n--heads 2\nseq 16\nbatch 2\nthreads 1\nwarmup 0\n"
@@ -140,6 +141,20 @@ def check_config(chk, train, ckpt_tool, tmp):
     chk.true("--config with an unknown flag: exit 2, one line naming the file, line 2 and the flag",
              r.returncode == 2 and len(lines) == 1 and "bad.cfg" in lines[0] and "line 2" in lines[0]
              and "no-such-flag" in lines[0], f"rc {r.returncode}: {r.stderr}")
+    # fsdp-minimal: the same file format; its run equals the typed flags, the checkpoint records the file
+    with open(f"{tmp}/minimal.cfg", "w") as f:
+        f.write("layers 1\nd-model 16\nheads 2\nffn 32\nbatch 4\nthreads 1\nsteps 9\n")
+    mtyped = ["--layers", "1", "--d-model", "16", "--heads", "2", "--ffn", "32", "--batch", "4", "--threads", "1"]
+    want = parse_losses(proc([minimal] + mtyped + ["--steps", "3"]).stdout)
+    r = proc([minimal, "--config", f"{tmp}/minimal.cfg", "--steps", "3", "--summary", "--ckpt-dir", f"{tmp}/mck"],
+             expect_ok=False)
+    chk.close("fsdp-minimal --config (command line --steps 3 over the file's 9): the typed flags' losses",
+              parse_losses(r.stdout), want, 0, 0)
+    idx = f"{tmp}/mck/step_00000003/index.safetensors"
+    meta = st_read(idx)[0].get("__metadata__", {}) if os.path.exists(idx) else {}
+    chk.true("fsdp-minimal --config: printed with --summary, recorded in the checkpoint",
+             any(x.startswith("  config:") and " --ffn 32 " in x for x in r.stdout.splitlines())
+             and meta.get("setting.config") == f"{tmp}/minimal.cfg", f"{r.stdout[:800]} {str(meta)[:300]}")
     r = proc([train, "--config", f"{tmp}/missing.cfg"], expect_ok=False)
     chk.true("--config of a missing file: exit 2, one line naming it",
              r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "missing.cfg" in r.stderr, r.stderr)
@@ -152,7 +167,7 @@ def main():
     tmp = tmpdir()
     check_logs(chk, train, os.path.join(args.bin, "fsdp-minimal"), tmp)
     check_resume_errors(chk, train, ckpt_tool, tmp)
-    check_config(chk, train, ckpt_tool, tmp)
+    check_config(chk, train, os.path.join(args.bin, "fsdp-minimal"), tmp)
     chk.report()
 
 
