@@ -43,7 +43,7 @@ target_link_libraries(fsdp-example-custom-model fsdp)
 add_dependencies(fsdp-example-custom-model fsdp-public-headers)
 
 install(TARGETS fsdp ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(TARGETS fsdp-train fsdp-minimal fsdp-ckpt fsdp-plan RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(TARGETS fsdp-train fsdp-minimal fsdp-ckpt fsdp-plan fsdp-run RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 foreach(h ${FSDP_PUBLIC_OUTPUTS})
   get_filename_component(dir ${h} DIRECTORY)
   install(FILES ${FSDP_PUBLIC_INCLUDE_DIR}/${h} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/${dir})

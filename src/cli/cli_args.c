@@ -177,3 +177,123 @@ int cli_value_set(const cli_arg *a, const char *text) {
     *(int *)a->target = v;
     return 0;
 }
+
+// ------------------------------------------------------------------------------------ --config FILE
+
+static char *config_text;   // (file size + 1,) the file, cut into NUL-terminated names and values
+static char **config_argv;  // (argc + 2 * lines + 1,) the expanded argv; both live until the process ends
+
+static char *trim(char *s) {
+    while (*s == ' ' || *s == '\t') s++;
+    char *end = s + strlen(s);
+    while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r')) *--end = 0;
+    return s;
+}
+
+int cli_config_argv(const char *prog, const cli_arg *args, int nargs, int *argc, char ***argv) {
+    int at = 0;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp((*argv)[i], "--config") != 0) continue;
+        if (at) {
+            fprintf(stderr, "%s: --config given twice (one file; the command line overrides it)\n", prog);
+            return -1;
+        }
+        at = i;
+    }
+    if (!at) return 0;
+    if (at + 1 >= *argc) {
+        fprintf(stderr, "%s: --config: expected a file name\n", prog);
+        return -1;
+    }
+    const char *path = (*argv)[at + 1];
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "%s: --config %s: cannot open: %s\n", prog, path, strerror(errno));
+        return -1;
+    }
+    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    if (size < 0 || size > (1 << 20) || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        fprintf(stderr, "%s: --config %s: cannot read (expected a text file under 1 MiB)\n", prog, path);
+        return -1;
+    }
+    free(config_text);
+    config_text = malloc((size_t)size + 1);
+    size_t got = config_text ? fread(config_text, 1, (size_t)size, f) : 0;
+    fclose(f);
+    if (!config_text || got != (size_t)size) {
+        fprintf(stderr, "%s: --config %s: cannot read\n", prog, path);
+        return -1;
+    }
+    config_text[size] = 0;
+    int lines = 1;
+    for (long i = 0; i < size; i++) lines += config_text[i] == '\n';
+    free(config_argv);
+    config_argv = calloc((size_t)(*argc + 2 * lines + 1), sizeof(char *));
+    if (!config_argv) {
+        fprintf(stderr, "%s: out of memory\n", prog);
+        return -1;
+    }
+    // argv[0], "--config FILE" (recorded with the settings), the file's flags, then the rest of the
+    // command line: cli_parse takes the last value of a flag, so the command line overrides the file.
+    int n = 0;
+    config_argv[n++] = (*argv)[0];
+    config_argv[n++] = (*argv)[at];
+    config_argv[n++] = (*argv)[at + 1];
+    char *line = config_text;
+    for (int line_no = 1; line; line_no++) {
+        char *next = strchr(line, '\n');
+        if (next) *next++ = 0;
+        char *hash = strchr(line, '#');  // a comment runs to the end of the line
+        if (hash) *hash = 0;
+        char *name = trim(line);
+        line = next;
+        if (!*name) continue;
+        char *value = name + strcspn(name, " \t=");
+        if (*value) {
+            *value++ = 0;
+            value = trim(value);
+            if (*value == '=') value = trim(value + 1);
+        }
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {  // "a value with spaces"
+            value[vlen - 1] = 0;
+            value++;
+        }
+        // the name with or without its leading "--": point at the table's spelling
+        const cli_arg *a = NULL;
+        for (int k = 0; k < nargs && !a; k++)
+            if (!strcmp(args[k].name, name) || !strcmp(args[k].name + 2, name)) a = &args[k];
+        if (!a) {
+            fprintf(stderr, "%s: --config %s: line %d: unknown flag '%s' (see --help)\n", prog, path, line_no, name);
+            return -1;
+        }
+        if (!strcmp(a->name, "--config")) {
+            fprintf(stderr, "%s: --config %s: line %d: a config file cannot name another one\n", prog, path, line_no);
+            return -1;
+        }
+        if (a->type == ARG_BOOL) {  // "flag", "flag = true" or "flag = false"
+            if (*value && strcmp(value, "true") && strcmp(value, "false")) {
+                fprintf(stderr, "%s: --config %s: line %d: %s: expected true or false, got '%s'\n", prog, path,
+                        line_no, a->name, value);
+                return -1;
+            }
+            if (!strcmp(value, "false")) continue;
+            config_argv[n++] = (char *)a->name;
+            continue;
+        }
+        if (!*value) {
+            fprintf(stderr, "%s: --config %s: line %d: %s: expected a value ('%s VALUE')\n", prog, path, line_no,
+                    a->name, a->name + 2);
+            return -1;
+        }
+        config_argv[n++] = (char *)a->name;
+        config_argv[n++] = value;
+    }
+    for (int i = 1; i < *argc; i++)
+        if (i != at && i != at + 1) config_argv[n++] = (*argv)[i];
+    config_argv[n] = NULL;
+    *argc = n;
+    *argv = config_argv;
+    return 0;
+}

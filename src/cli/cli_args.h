@@ -27,3 +27,12 @@ int cli_value_text(const cli_arg *a, char *buf, size_t cap);
 // Sets an int, bool or choice flag's target from such text; -1 (target untouched) when it does not parse
 // or is outside the flag's range.
 int cli_value_set(const cli_arg *a, const char *text);
+
+// --config FILE: the flags as a file, one a line: "name value", "name = value" or, for a switch, "name"
+// ("name = false" leaves it off); name with or without its "--"; '#' starts a comment; a value may be
+// double-quoted. When argv holds "--config FILE", replaces *argc and *argv with argv[0], "--config FILE",
+// the file's flags and then the rest of the command line, so that a flag given on the command line
+// overrides the file's (and counts as given, for cli_given) while the file's flags count as given too.
+// The new argv lives until the process ends. Returns 0 (argv untouched without --config), or -1 after
+// printing one line naming the file, the line and what was expected.
+int cli_config_argv(const char *prog, const cli_arg *args, int nargs, int *argc, char ***argv);

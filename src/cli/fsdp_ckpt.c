@@ -432,8 +432,32 @@ static int usage(void) {
     return 2;
 }
 
+// Each subcommand's usage and what it does: `fsdp-ckpt SUBCOMMAND --help` prints its entry.
+static const struct {
+    const char *name, *args, *help;
+} subcommands[] = {
+    {"info", "DIR|FILE.safetensors",
+     "prints the layout (sharded or full), the tensors' names, shapes and dtypes, the world size, the step,\n"
+     "the model configuration and the trainer's settings of a checkpoint directory or a safetensors file"},
+    {"verify", "DIR", "checks the completion marker DONE and every file's CRC-32 against it; exit 1 on a mismatch"},
+    {"consolidate", "DIR OUT.safetensors",
+     "writes one full state dict with PyTorch names (streaming, one tensor at a time)"},
+    {"reshard", "DIR OUT_DIR --world-size M", "rewrites the sharded checkpoint DIR for M ranks into OUT_DIR"},
+    {"convert", "DIR OUT_DIR --dtype bf16|f32",
+     "rewrites the checkpoint with bf16 (or f32) tensors (bf16 is an export format: --resume refuses it\n"
+     "without --allow-lowp-resume)"},
+};
+
+static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
 int main(int argc, char **argv) {
-    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    if (argc >= 3 && is_help(argv[2]))
+        for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
+            if (!strcmp(argv[1], subcommands[i].name)) {
+                printf("usage: %s %s %s\n%s\n", prog, subcommands[i].name, subcommands[i].args, subcommands[i].help);
+                return 0;
+            }
+    if (argc >= 2 && is_help(argv[1])) {
         printf("usage: %s COMMAND ...\n"
                "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step, config, settings\n"
                "  verify DIR                        completion marker and every shard's CRC-32\n"

@@ -27,6 +27,7 @@ typedef struct {
     int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync;
     float dropout, lr, weight_decay, clip;
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
+    const char *config_path;  // --config (cli_config_argv)
     int norm_first, activation, batch_first, causal;
     cli_fsdp_options fsdp;  // the flags shared with fsdp-train
     cli_model_config config;  // what the files written record (model_config.h)
@@ -156,6 +157,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         rc = 1;
         goto done;
     }
+    if (o->fsdp.summary && R == 0) cli_config_print(&o->config, stdout);  // the resolved flags
     if (o->fsdp.summary && R == 0) fsdp_print_summary(fs, stdout);
 
     fsdp_dev *dev = fsdp_state_device(fs);
@@ -252,7 +254,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS));
-    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
+    if (o->save_path && cli_save_weights("fsdp-minimal", fs, o->save_path, R) != FSDP_OK) goto failed;
     goto done;
 failed:
     rc = fail(fsdp_last_error());
@@ -299,10 +301,12 @@ int main(int argc, char **argv) {
         {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's full parameter gradients (after clipping) here", 1, 0, NULL},
         {"--dump-output", ARG_STRING, &o.dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
+        {"--config", ARG_STRING, &o.config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
     };
     int nargs = 0;
     while (args[nargs].name) nargs++;
     nargs = cli_fsdp_add_flags(args, nargs, &o.fsdp);
+    if (cli_config_argv("fsdp-minimal", args, nargs, &argc, &argv)) return 2;  // --config FILE, then the command line
     int parsed = cli_parse("fsdp-minimal",
                            "Trains FSDP(nn.Sequential(TransformerEncoderLayer x L)) on loss mean(|model(x)|) with AdamW.",
                            args, nargs, argc, argv);

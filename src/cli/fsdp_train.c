@@ -38,7 +38,7 @@ typedef struct {
     cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
-    const char *jsonl_path, *plot_path, *trace_path;
+    const char *jsonl_path, *plot_path, *trace_path, *config_path;  // config_path: --config (cli_config_argv)
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
     cli_model_config config;            // what the files written record (model_config.h)
 } train_options;
@@ -300,6 +300,7 @@ static int run(train_options *o, fsdp_comm *world) {
                         fsdp_data_name(val), o->eval_every);
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
                16.0 * (double)local / 1048576.0, (long long)local);
+        cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
         if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
         fflush(stdout);
     }
@@ -330,10 +331,12 @@ static int run(train_options *o, fsdp_comm *world) {
         rc = 2;
         goto done;
     }
-    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps)) {
+    // a resumed run appends to --log-jsonl (the run it continues logged the earlier steps there)
+    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps, start_step > 0)) {
         rc = 1;
         goto done;
     }
+    if (log.jsonl) cli_config_write_json(&o->config, log.jsonl);  // the first record of this run
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
@@ -392,7 +395,7 @@ static int run(train_options *o, fsdp_comm *world) {
             total_comm += dc;
         }
         train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
-                            (double)fsdp_mem_peak_total(), -1.0};
+                            (double)fsdp_mem_peak_total(), -1.0, norm};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
             evaluate(fs, &model, val, o, world, &rec.val_loss) != FSDP_OK)
             goto failed;
@@ -407,7 +410,7 @@ static int run(train_options *o, fsdp_comm *world) {
             if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
                                 o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)"
                                             : o->save_path ? "; saving the weights" : "");
-            if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
+            if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
             rc = 130;
             goto done;
         }
@@ -438,7 +441,7 @@ static int run(train_options *o, fsdp_comm *world) {
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
     }
     if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) goto failed;
-    if (o->save_path && fsdp_save_full(fs, o->save_path, 0) != FSDP_OK) goto failed;
+    if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
     if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
     goto done;
 failed:
@@ -493,10 +496,12 @@ int main(int argc, char **argv) {
         {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
         {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
+        {"--config", ARG_STRING, &o.config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
     };
     int nargs = 0;
     while (args[nargs].name) nargs++;
     nargs = cli_fsdp_add_flags(args, nargs, &o.fsdp);
+    if (cli_config_argv("fsdp-train", args, nargs, &argc, &argv)) return 2;  // --config FILE, then the command line
     int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,
                            nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;

@@ -89,3 +89,48 @@ int cli_config_to_state(const cli_model_config *c, fsdp_state *fs) {
     free(text);
     return rc;
 }
+
+void cli_config_print(const cli_model_config *c, FILE *f) {
+    fprintf(f, "  config:");
+    for (int i = 0; i < c->nargs; i++) {
+        const cli_arg *a = &c->args[i];
+        char value[256];
+        if (!cli_value_text(a, value, sizeof value)) continue;  // an unset string
+        if (a->type == ARG_BOOL) {
+            if (!strcmp(value, "true")) fprintf(f, " %s", a->name);
+            continue;
+        }
+        fprintf(f, strpbrk(value, " \t\"") ? " %s \"%s\"" : " %s %s", a->name, value);
+    }
+    fprintf(f, "\n");
+}
+
+// value as a JSON string (quotes, backslashes and control characters escaped)
+static void json_string(FILE *f, const char *value) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void cli_config_write_json(const cli_model_config *c, FILE *f) {
+    fprintf(f, "{\"config\": {\"model_type\": ");
+    json_string(f, c->model_type);
+    for (int i = 0; i < c->nargs; i++) {
+        const cli_arg *a = &c->args[i];
+        char value[256];
+        int set = cli_value_text(a, value, sizeof value);
+        fprintf(f, ", ");
+        json_string(f, a->name + 2);
+        fprintf(f, ": ");
+        if (!set) fprintf(f, "null");
+        else if (a->type == ARG_STRING || a->type == ARG_CHOICE) json_string(f, value);
+        else if (a->type == ARG_FLOAT && !strpbrk(value, "0123456789")) fprintf(f, "null");  // inf, nan
+        else fprintf(f, "%s", value);  // an int, a float, true or false
+    }
+    fprintf(f, "}}\n");
+    fflush(f);
+}

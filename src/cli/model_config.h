@@ -4,6 +4,8 @@
 // "setting.lr" = "0.001"), as flat __metadata__ strings; torch and Hugging Face loaders ignore them.
 // Loading a file that records a configuration takes the model's shape from it.
 #pragma once
+#include <stdio.h>
+
 #include "cli/cli_args.h"
 #include "cli/train_ckpt.h"
 #include "fsdp/fsdp.h"
@@ -39,3 +41,11 @@ int cli_config_from_inputs(const cli_model_config *c, const char *init_path, con
 // Hands the configuration and every flag's value to fs, for every file it writes. Returns 0, or -1
 // after printing an error.
 int cli_config_to_state(const cli_model_config *c, fsdp_state *fs);
+
+// The resolved configuration (every flag's value after the command line, --config and the files read)
+// as one line "  config: --flag value ..." that can be typed again (switches only when on, unset
+// strings left out).
+void cli_config_print(const cli_model_config *c, FILE *f);
+// The same as one JSON record {"config": {"model_type": ..., "<flag without -->": value, ...}} and a
+// newline (numbers and switches as JSON numbers and booleans, an unset string as null).
+void cli_config_write_json(const cli_model_config *c, FILE *f);

@@ -33,12 +33,45 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
     return FSDP_OK;
 }
 
+fsdp_status cli_save_weights(const char *prog, fsdp_state *fs, const char *path, int rank) {
+    FSDP_CHECK(fsdp_save_full(fs, path, 0));
+    if (rank != 0) return FSDP_OK;
+    st_file *f = NULL;
+    FSDP_CHECK(st_open(path, &f));  // read back: the line states what is on disk
+    int64_t numel = 0;
+    for (int i = 0; i < st_count(f); i++) {
+        const st_entry *e = st_entry_at(f, i);
+        int64_t n = 1;
+        for (int d = 0; d < e->ndim; d++) n *= e->shape[d];
+        numel += n;
+    }
+    printf("%s: saved %d tensors (%.2fM parameters) to %s\n", prog, st_count(f), (double)numel / 1e6, path);
+    fflush(stdout);
+    st_close(f);
+    return FSDP_OK;
+}
+
 fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap, int *found) {
     *found = 0;
     if (!o->resume) return FSDP_OK;
     *found = 1;
     if (strcmp(o->resume, "auto") != 0) {
+        struct stat st;
+        if (stat(o->resume, &st) != 0)
+            return fsdp_error(FSDP_ERR_MISSING, "--resume %s: no such directory", o->resume);
+        if (!S_ISDIR(st.st_mode))
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume %s: not a directory (expected a checkpoint directory, "
+                              "or a --ckpt-dir holding step_NNNNNNNN checkpoints)", o->resume);
+        char marker[4200];
+        snprintf(marker, sizeof marker, "%s/DONE", o->resume);
         snprintf(dir, cap, "%s", o->resume);
+        if (access(marker, F_OK) == 0) return FSDP_OK;  // a checkpoint itself
+        // no marker: the parent --ckpt-dir, whose newest complete step_* checkpoint is meant (as auto)
+        int latest = 0;
+        char newest[4096];
+        FSDP_CHECK(fsdp_ckpt_latest(o->resume, newest, sizeof newest, &latest));
+        if (latest) snprintf(dir, cap, "%s", newest);
+        // else: dir stays o->resume, and the load names what is missing (an incomplete checkpoint's DONE)
         return FSDP_OK;
     }
     if (!o->dir) return fsdp_error(FSDP_ERR_INVALID_ARG, "--resume auto needs --ckpt-dir");

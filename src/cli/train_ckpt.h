@@ -16,13 +16,18 @@ typedef struct {
     int allow_lowp;      // --allow-lowp-resume: train on from a checkpoint stored in bf16
 } cli_ckpt_options;
 
-// The checkpoint --resume names: DIR, or for auto the newest complete one under --ckpt-dir (*found = 0
-// when there is none, or no --resume). Returns an error for auto without --ckpt-dir.
+// The checkpoint --resume names: DIR (a checkpoint, or a --ckpt-dir holding step_NNNNNNNN checkpoints:
+// then its newest complete one, as auto), or for auto the newest complete one under --ckpt-dir
+// (*found = 0 when there is none, or no --resume). Returns an error for auto without --ckpt-dir, and
+// for a DIR that does not exist ("no such directory") or is not a directory.
 fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap, int *found);
 // The file of checkpoint dir whose metadata records the model configuration: index.safetensors of a
 // sharded checkpoint, optimizer.safetensors of a full one.
 void cli_ckpt_config_file(const char *dir, char *path, size_t cap);
 
+// --save PATH: writes the full weights (fsdp_save_full, collective) and, on rank 0, confirms in one line
+// what the file holds: "PROG: saved T tensors (P.PPM parameters) to PATH".
+fsdp_status cli_save_weights(const char *prog, fsdp_state *fs, const char *path, int rank);
 // Saves DIR/step_<steps_done> and rotates; rank 0 prints where. Collective.
 fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t steps_done, int64_t seed,
                           int64_t global_batch, int rank);

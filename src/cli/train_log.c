@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-int train_log_open(train_log *log, const char *jsonl_path, int steps) {
+int train_log_open(train_log *log, const char *jsonl_path, int steps, int append) {
     memset(log, 0, sizeof *log);
     log->capacity = steps > 0 ? steps : 1;
     log->history = calloc((size_t)log->capacity, sizeof(train_record));
@@ -15,7 +15,7 @@ int train_log_open(train_log *log, const char *jsonl_path, int steps) {
         fprintf(stderr, "fsdp-train: out of memory for the training log\n");
         return -1;
     }
-    if (jsonl_path && !(log->jsonl = fopen(jsonl_path, "w"))) {
+    if (jsonl_path && !(log->jsonl = fopen(jsonl_path, append ? "a" : "w"))) {
         fprintf(stderr, "fsdp-train: --log-jsonl %s: cannot open for writing\n", jsonl_path);
         return -1;
     }
@@ -43,16 +43,17 @@ void train_log_step(train_log *log, const train_record *r, int total_steps, doub
     format_eta(per_step * (total_steps - r->step - 1), eta, sizeof eta);
     printf("step %d loss %.6f", r->step, r->loss);
     if (evaluated(r)) printf(" val %.4f", r->val_loss);
-    printf(" | lr %.2e | %.0f tok/s | %.0f ms | comm %.1f%% | mem %.0f MiB | eta %s\n", r->lr, r->tokens_per_s,
-           r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes / 1048576.0, eta);
+    printf(" | grad norm %.4g | lr %.2e | %.0f tok/s | %.0f ms | comm %.1f%% | mem %.0f MiB | eta %s\n", r->grad_norm,
+           r->lr, r->tokens_per_s, r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes / 1048576.0, eta);
     fflush(stdout);
     if (log->jsonl) {
-        char loss[32];  // a skipped non-finite step records null
+        char loss[32], norm[32];  // a skipped non-finite step records null
         json_number(r->loss, loss, sizeof loss);
+        json_number(r->grad_norm, norm, sizeof norm);
         fprintf(log->jsonl,
-                "{\"step\": %d, \"loss\": %s, \"lr\": %.9g, \"tokens_per_s\": %.3f, \"ms_step\": %.3f, "
-                "\"exposed_comm_pct\": %.3f, \"peak_mem_bytes\": %.0f",
-                r->step, loss, r->lr, r->tokens_per_s, r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes);
+                "{\"step\": %d, \"loss\": %s, \"grad_norm\": %s, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
+                "\"ms_step\": %.3f, \"exposed_comm_pct\": %.3f, \"peak_mem_bytes\": %.0f",
+                r->step, loss, norm, r->lr, r->tokens_per_s, r->ms_step, r->exposed_comm_pct, r->peak_mem_bytes);
         if (evaluated(r)) {
             char val[32];
             json_number(r->val_loss, val, sizeof val);

@@ -11,6 +11,7 @@ typedef struct {
     double exposed_comm_pct;
     double peak_mem_bytes;
     double val_loss;  // < 0 when not evaluated this step (a NaN one was evaluated: shown as nan, null in JSON)
+    double grad_norm; // the global L2 norm of the gradients before clipping (every step)
 } train_record;
 
 typedef struct {
@@ -19,8 +20,9 @@ typedef struct {
     int count, capacity;
 } train_log;
 
-// Opens --log-jsonl (truncating) when path is non-NULL; returns 0, or -1 with a message on stderr.
-int train_log_open(train_log *log, const char *jsonl_path, int steps);
+// Opens --log-jsonl when path is non-NULL: a fresh run starts the file anew, a resumed run (append = 1)
+// appends to it, so the records of the run it continues stay. Returns 0, or -1 with a message on stderr.
+int train_log_open(train_log *log, const char *jsonl_path, int steps, int append);
 // Prints the progress line (with ETA from the mean step time so far) and appends to the JSONL file.
 void train_log_step(train_log *log, const train_record *r, int total_steps, double elapsed_s, int steps_done);
 // Draws loss (and val loss) against step into a PNG with gnuplot; returns 0, or -1 with a message.

@@ -204,12 +204,13 @@ void fsdp_trace_report(FILE *f, int world_size) {
     fsdp_trace_totals t;
     fsdp_trace_get_totals(&t);
     double wall = t.wall > 0 ? t.wall : 1e-9;
-    fprintf(f,
-            "trace rank %d: wall %.3f s, compute %.3f s (%.1f%%), comm %.3f s (%.1f%%), other %.3f s, "
-            "spans %zu (kept %zu, dropped %zu)\n",
+    fprintf(f, "trace rank %d: wall %.3f s, compute %.3f s (%.1f%%), comm %.3f s (%.1f%%), other %.3f s, spans %zu",
             T.rank, t.wall, t.seconds[FSDP_SPAN_COMPUTE], 100.0 * t.seconds[FSDP_SPAN_COMPUTE] / wall,
-            t.seconds[FSDP_SPAN_COMM], 100.0 * t.seconds[FSDP_SPAN_COMM] / wall, t.seconds[FSDP_SPAN_OTHER],
-            t.spans, t.kept, t.dropped);
+            t.seconds[FSDP_SPAN_COMM], 100.0 * t.seconds[FSDP_SPAN_COMM] / wall, t.seconds[FSDP_SPAN_OTHER], t.spans);
+    // Without a span buffer (capacity 0: totals only, e.g. fsdp-train without --trace) no span is kept
+    // by design; "dropped" is said only of spans a buffer could not hold (full, or nested too deep).
+    if (!T.cap) fprintf(f, " (totals only: no span buffer, so none kept)\n");
+    else fprintf(f, " (kept %zu, dropped %zu)\n", t.kept, t.dropped);
     if (!T.ncoll) return;
     int n = world_size > 0 ? world_size : 1;
     double bus = (double)(n - 1) / (double)n;

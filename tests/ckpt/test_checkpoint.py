@@ -22,8 +22,12 @@ def train(binary, n, extra, env=None, expect_ok=True):
     return mpirun(n, [binary] + MODEL + ["--batch", str(GLOBAL_BATCH // n)] + extra, expect_ok=expect_ok, env=env)
 
 
+def steps_of(path):  # the step records (a run's first record is its {"config": ...})
+    return [r for r in map(json.loads, open(path)) if "step" in r]
+
+
 def losses(path):
-    return [json.loads(line)["loss"] for line in open(path)]
+    return [r["loss"] for r in steps_of(path)]
 
 
 def main():
@@ -43,7 +47,7 @@ def main():
     train(binary, 2, ["--steps", "3", "--save-every", "3", "--ckpt-dir", ck])
     train(binary, 2, ["--steps", "6", "--resume", "auto", "--ckpt-dir", ck, "--log-jsonl", f"{tmp}/res.jsonl"])
     got = losses(f"{tmp}/res.jsonl")
-    chk.close("resume on 2 ranks prints steps 3..5", [json.loads(line)["step"] for line in open(f"{tmp}/res.jsonl")],
+    chk.close("resume on 2 ranks prints steps 3..5", [r["step"] for r in steps_of(f"{tmp}/res.jsonl")],
               [3, 4, 5], 0, 0)
     chk.close("resume on the same world size is bitwise identical", got, ref[2][3:], 0, 0)
 
@@ -97,7 +101,7 @@ def main():
     chk.close("... and the half-written checkpoint has no DONE",
               [int(not os.path.exists(f"{cka}/step_00000004/DONE"))], [1], 0, 0)
     r = train(binary, 2, ["--steps", "4", "--resume", "auto", "--ckpt-dir", cka, "--log-jsonl", f"{tmp}/auto.jsonl"])
-    steps = [json.loads(line)["step"] for line in open(f"{tmp}/auto.jsonl")]
+    steps = [r["step"] for r in steps_of(f"{tmp}/auto.jsonl")]
     chk.close("--resume auto picks the last complete checkpoint (step 2)", steps, [2, 3], 0, 0)
     chk.close("... and continues exactly", losses(f"{tmp}/auto.jsonl"), ref[2][2:4], 0, 0)
 

@@ -32,7 +32,7 @@ PATIENT = {"OMPI_MCA_odls_base_sigkill_timeout": "3"}
 
 
 def jsonl(path):
-    recs = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+    recs = [r for r in map(json.loads, open(path)) if "step" in r] if os.path.exists(path) else []
     return [r["step"] for r in recs], [r["loss"] for r in recs]
 
 

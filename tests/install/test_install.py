@@ -39,7 +39,7 @@ def main():
 
     proc(["cmake", "--install", build, "--prefix", prefix])
     installed = [os.path.relpath(os.path.join(d, f), prefix) for d, _, fs in os.walk(prefix) for f in fs]
-    for want in ("include/fsdp/fsdp.h", "bin/fsdp-train", "bin/fsdp-minimal", "bin/fsdp-ckpt", "bin/fsdp-plan"):
+    for want in ("include/fsdp/fsdp.h", "bin/fsdp-train", "bin/fsdp-minimal", "bin/fsdp-ckpt", "bin/fsdp-plan", "bin/fsdp-run"):
         chk.true(f"installed {want}", want in installed)
     libs = [f for f in installed if f.endswith("/libfsdp.a")]
     pcs = [f for f in installed if f.endswith("/pkgconfig/fsdp.pc")]

@@ -102,7 +102,7 @@ def check_fsdp_flags(chk, tool, cmd):
 
 
 def jsonl(path):
-    recs = [json.loads(line) for line in open(path)]
+    recs = [r for r in map(json.loads, open(path)) if "step" in r]  # (the first record is the config)
     return [r["loss"] for r in recs], {r["step"]: r["val_loss"] for r in recs if "val_loss" in r}
 
 
