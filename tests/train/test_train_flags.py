@@ -94,7 +94,7 @@ def torch_sample(model, n, seed, T):
 
 def sample_of(stdout, n):
     """The bytes between fsdp-train's sample markers (None when they are missing)."""
-    head = b"--- sample (%d bytes) ---\n" % n
+    head = b"--- sample (%d tokens) ---\n" % n
     tail = b"\n--- end of sample ---\n"
     a = stdout.find(head)
     b = stdout.find(tail, a + len(head)) if a >= 0 else -1
