@@ -216,7 +216,7 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
     int len = 0;
     for (const unsigned char *p = (const unsigned char *)prompt; *p && s == FSDP_OK; p++) {
         if (len == T) {  // a prompt longer than the window: its last T bytes
-            memmove(ctx_tokens, ctx_tokens + 1, sizeof(int32_t) * (size_t)(T - 1));
+            if (T > 1) memmove(ctx_tokens, ctx_tokens + 1, sizeof(int32_t) * (size_t)(T - 1));
             len--;
         }
         ctx_tokens[len++] = *p % vocab;

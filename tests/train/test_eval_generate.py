@@ -139,24 +139,24 @@ def refused(chk, label, r, needles):
 
 
 def check_generate(chk, train, tmp):
+    # the parity init: flat logits, so that a sampler would not pick the argmax (gaps still >> fp32 error)
     torch.manual_seed(3)
-    m = GPT2(V, MAXT, L, C, H)
-    with torch.no_grad():
-        m.wte.weight.mul_(10.0)  # sharper logits than the parity init: clear argmax gaps
-    state = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    state = {k: v.detach().clone() for k, v in GPT2(V, MAXT, L, C, H).state_dict().items()}
     init = os.path.join(tmp, "gen.safetensors")
     st_save(init, state)
     ref = torch_model(state)
     base = [train, "--eval-only", "--init", init, "--seq", str(SEQ), "--eval-batches", "0", "--threads", "1"]
     n = 10
     outs = {}
-    for prompt in ("Hello", "Zq"):
+    for prompt in ("Hello", "Zq", "a prompt longer than --seq 16"):  # the last: only its last 16 bytes
         got = sample_of(run_bytes(base + ["--prompt", prompt, "--temperature", "0", "--max-new-tokens", str(n)]), n)
         want = printed(torch_greedy(ref, prompt.encode(), n))
         outs[prompt] = got
         chk.true(f"greedy (--temperature 0) after --prompt {prompt!r}: {n} tokens == float64 PyTorch greedy decode",
                  got == want, f"ours {got!r}\nwant {want!r}")
     chk.true("greedy: the prompt matters (another prompt, another decode)", outs["Hello"] != outs["Zq"])
+    sampled = printed(torch_sample(ref, b"Hello", n, 0, 1.0, 0))
+    chk.true("greedy differs from temperature-1 sampling of the same model", sampled != outs["Hello"])
 
     # sampling: the parity init (flat logits), so that the draws spread over the top k and beyond it
     torch.manual_seed(6)
@@ -330,8 +330,8 @@ def main():
     train = os.path.join(args.bin, "fsdp-train")
     tmp = tmpdir()
     chk = Checker("eval and generate")
-    check_generate(chk, train, tmp)
     check_utf8(chk, train, tmp)
+    check_generate(chk, train, tmp)
     data_bin, model = check_eval(chk, train, tmp)
     check_errors(chk, train, tmp, data_bin, model)
     chk.report()
