@@ -283,9 +283,19 @@ def check_eval(chk, train, tmp):
 def check_errors(chk, train, tmp, data_bin, model):
     init = os.path.join(tmp, "gen.safetensors")
     ev = [train, "--eval-only", "--init", init, "--seq", str(SEQ), "--threads", "1", "--data", data_bin]
-    for flag in (["--steps", "3"], ["--lr", "1e-3"], ["--save", os.path.join(tmp, "x.safetensors")],
-                 ["--eval-every", "1"], ["--log-jsonl", os.path.join(tmp, "x.jsonl")], ["--warmup", "2"]):
-        refused(chk, f"--eval-only {' '.join(flag)}", proc(ev + flag, expect_ok=False), [flag[0], "--eval-only"])
+    # README's list of the flags that --eval-only refuses: each one is refused
+    readme = open(os.path.join(HERE, "..", "..", "README.md")).read()
+    m = re.search(r"Flags that only\s+training uses are one-line errors with it:(.*?)and `--grad-accum` other than 1",
+                  readme, re.S)
+    listed = re.findall(r"`(--[a-z-]+)`", m.group(1)) if m else []
+    values = {"--lr-schedule": "constant", "--ckpt-type": "full", "--save": os.path.join(tmp, "x.safetensors"),
+              "--dump-grads": os.path.join(tmp, "g.safetensors"), "--input": os.path.join(tmp, "in.safetensors"),
+              "--log-jsonl": os.path.join(tmp, "x.jsonl"), "--plot": os.path.join(tmp, "x.png"), "--dropout": "0.1",
+              "--skip-nonfinite": None}
+    chk.true("README lists the flags --eval-only refuses", len(listed) >= 15, str(listed))
+    for f in listed:
+        flag = [f] + ([] if f in values and values[f] is None else [values.get(f, "2")])
+        refused(chk, f"--eval-only {' '.join(flag)}", proc(ev + flag, expect_ok=False), [f, "--eval-only"])
     ck = os.path.join(tmp, "ck_save_every")
     refused(chk, "--eval-only --save-every 1 --ckpt-dir", proc(ev + ["--save-every", "1", "--ckpt-dir", ck],
                                                                expect_ok=False), ["--save-every", "--eval-only"])
