@@ -242,8 +242,8 @@ def check_eval(chk, train, tmp):
     for label, extra in (("--val-data", ["--val-data", val_bin]), ("held-out last 10% of --data", [])):
         ck, jl = os.path.join(tmp, f"ck{len(extra)}"), os.path.join(tmp, f"log{len(extra)}.jsonl")
         proc([train] + common + extra + ["--batch", str(B), "--steps", "2", "--lr", "1e-2", "--warmup", "0",
-                                         "--eval-every", "2", "--ckpt-dir", ck, "--ckpt-type", "full",
-                                         "--log-jsonl", jl])
+                                         "--eval-every", "2", "--ckpt-dir", ck, "--log-jsonl", jl] +
+             (["--ckpt-type", "full"] if extra else []))  # full (model.safetensors for PyTorch), and sharded
         logged = [r["val_loss"] for r in map(json.loads, open(jl)) if "val_loss" in r]
         step_dir = os.path.join(ck, "step_00000002")
         before = sorted(os.listdir(ck))
@@ -258,6 +258,12 @@ def check_eval(chk, train, tmp):
         chk.close(f"eval-only ({label}): --resume auto --ckpt-dir picks the same checkpoint", [auto], [one], 0, 0)
         chk.true(f"eval-only ({label}): --ckpt-dir is only read (nothing saved)", sorted(os.listdir(ck)) == before,
                  f"{before} -> {sorted(os.listdir(ck))}")
+        if not extra:  # a bf16 export (fsdp-ckpt convert) of the sharded checkpoint evaluates without --allow-lowp-resume, to within bf16
+            bf16 = os.path.join(tmp, "bf16_export")
+            proc([os.path.join(os.path.dirname(train), "fsdp-ckpt"), "convert", step_dir, bf16, "--dtype", "bf16"])
+            low = eval_only_loss(proc([train, "--eval-only", "--resume", bf16, "--batch", str(B)] + common +
+                                      extra).stdout)
+            chk.close("eval-only of a bf16 export: accepted, val_loss within 2e-2 of fp32's", [low], [one], 0, 2e-2)
         if extra:  # PyTorch on the saved weights, the windows of batch b at b*B*SEQ of the validation file
             ref = torch_model(st_load(os.path.join(step_dir, "model.safetensors")))
             losses = []
@@ -301,6 +307,11 @@ def check_errors(chk, train, tmp, data_bin, model):
                                                                expect_ok=False), ["--save-every", "--eval-only"])
     refused(chk, "--eval-only --grad-accum 2", proc(ev + ["--grad-accum", "2"], expect_ok=False),
             ["--grad-accum", "--eval-only"])
+    r = mpirun(2, ev + ["--steps", "3"], expect_ok=False)
+    refused(chk, "--eval-only --steps on 2 ranks (printed once)", r, ["--steps", "--eval-only"])
+    r = proc([train, "--steps", "1", "--eval-every", "1", "--eval-batches", "0", "--threads", "1"] + model,
+             expect_ok=False)
+    refused(chk, "--eval-batches 0 with --eval-every", r, ["--eval-batches 0", "--eval-every"])
     r = proc(ev + ["--grad-accum", "1"], expect_ok=False)
     chk.true("--eval-only --grad-accum 1 is accepted", r.returncode == 0 and "eval: val_loss" in r.stdout,
              r.stderr[-300:])
