@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/rng.h"
 
@@ -265,6 +266,9 @@ fsdp_status train_eval_only(fsdp_state *fs, nn_gpt2 *model, const cli_ckpt_optio
         char dir[4096];
         int found = 0;
         FSDP_CHECK(cli_ckpt_resume_dir(ckpt, dir, sizeof dir, &found));
+        struct stat dir_stat;
+        if (!found && stat(ckpt->dir, &dir_stat) != 0)
+            return fsdp_error(FSDP_ERR_MISSING, "--eval-only --resume auto: --ckpt-dir %s: no such directory", ckpt->dir);
         if (!found)
             return fsdp_error(FSDP_ERR_MISSING, "--eval-only --resume auto: no complete checkpoint under --ckpt-dir %s",
                               ckpt->dir);

@@ -335,7 +335,8 @@ def check_errors(chk, train, tmp, data_bin, model):
     r = proc([train, "--eval-only", "--resume", "auto", "--ckpt-dir", missing, "--data", data_bin] + model,
              expect_ok=False)
     chk.true("--eval-only --resume auto of a missing --ckpt-dir: an error, and the directory is not created",
-             r.returncode != 0 and len(tool_lines(r.stderr)) == 1 and missing in r.stderr and not os.path.exists(missing),
+             r.returncode != 0 and len(tool_lines(r.stderr)) == 1 and f"{missing}: no such directory" in r.stderr
+             and not os.path.exists(missing),
              f"rc {r.returncode}: {r.stderr[-400:]}")
     for flag in (["--prompt", "hi"], ["--top-k", "3"], ["--temperature", "0"]):
         refused(chk, f"{flag[0]} without --max-new-tokens", proc(ev + flag, expect_ok=False),
