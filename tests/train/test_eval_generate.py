@@ -26,7 +26,7 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
 sys.path.insert(0, HERE)
-from fsdp_testlib import Checker, mpirun, parse_args, proc, st_load, st_save, tmpdir  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, proc, st_load, st_read, st_save, tmpdir  # noqa: E402
 from test_gpt2_parity import GPT2  # noqa: E402
 from test_train_flags import fnv1a, logits_of, philox, write_bin  # noqa: E402
 
@@ -186,6 +186,16 @@ def check_generate(chk, train, tmp):
     got2 = sample_of(run_bytes(cmd, n_ranks=2), n)
     chk.true("2 ranks print the sample 1 rank prints (same forwards, same draws)", got2 == got and got is not None,
              f"2 ranks {got2!r}\n1 rank {got!r}")
+    # the prompt is recorded in every file's settings: one that is not UTF-8 still makes a readable file
+    saved = os.path.join(tmp, "prompted.safetensors")
+    bad_prompt = b'\xff"q\\'
+    got = sample_of(run_bytes([train, "--init", flat_init, "--seq", str(SEQ), "--steps", "1", "--batch", "1",
+                               "--threads", "1", "--prompt", bad_prompt, "--max-new-tokens", "3", "--save", saved]), 3)
+    meta = st_read(saved)[0].get("__metadata__", {}) if got is not None and os.path.exists(saved) else {}
+    chk.true("a --prompt that is not UTF-8: the --save file's header is valid JSON/UTF-8 and records it escaped",
+             meta.get("setting.prompt") == '\u00ff"q\\' and proc([os.path.join(os.path.dirname(train), "fsdp-ckpt"),
+                                                                  "info", saved], expect_ok=False).returncode == 0,
+             str(meta.get("setting.prompt")))
     r = proc(cmd + ["--sample", str(n)], expect_ok=False)
     chk.true("--sample N is an alias of --max-new-tokens", r.returncode == 0 and "--- sample (%d tokens)" % n in r.stdout,
              r.stderr[-300:])
