@@ -4,7 +4,8 @@
 # Deterministic: the output depends only on the binaries (a fixed locale, and none of the environment
 # variables the tools read for their defaults). tests/train/test_flags_doc.py fails when docs/flags.md
 # differs from what this prints for the built tools: rerun it after changing a flag.
-# A tool listed here that is not built is an error (exit 1, nothing printed to stdout).
+# A tool listed here that is not built is an error (exit 1, nothing printed to stdout). A new tool (or
+# subcommand): add a line to TOOLS; tests/train/test_flags_doc.py reads the same list.
 set -eu
 bin=${1:?usage: $0 BIN_DIR (e.g. build/bin)}
 # "TOOL [SUBCOMMAND]" per line, in the order of the document

@@ -17,8 +17,9 @@ ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
 from fsdp_testlib import Checker, parse_args  # noqa: E402
 
-TOOLS = [["fsdp-train"], ["fsdp-minimal"], ["fsdp-plan"], ["fsdp-ckpt"]] + \
-        [["fsdp-ckpt", sub] for sub in ("info", "verify", "consolidate", "reshard", "convert")]
+SCRIPT = os.path.join(ROOT, "scripts", "gen-flags-doc.sh")
+# the tools the script documents, from its TOOLS list ("TOOL [SUBCOMMAND]" a line): one list to extend
+TOOLS = [line.split() for line in re.search(r"^TOOLS='(.*?)'", open(SCRIPT).read(), re.M | re.S).group(1).splitlines()]
 
 # Flags of other programs that the documents may name: flag -> whose
 ALLOWED = {
@@ -72,7 +73,10 @@ def main():
              {"--eval-only", "--max-new-tokens", "--world-size", "--dtype", "--ckpt-dir"} <= known,
              str(sorted(known)))
 
-    r = subprocess.run([os.path.join(ROOT, "scripts", "gen-flags-doc.sh"), args.bin], capture_output=True,
+    chk.true("the script documents fsdp-train, fsdp-minimal, fsdp-plan, fsdp-ckpt and its 5 subcommands",
+             len(TOOLS) >= 9 and {"fsdp-train", "fsdp-minimal", "fsdp-plan", "fsdp-ckpt"} <= {t[0] for t in TOOLS},
+             str(TOOLS))
+    r = subprocess.run([SCRIPT, args.bin], capture_output=True,
                        text=True, timeout=120)
     doc_path = os.path.join(ROOT, "docs", "flags.md")
     doc = open(doc_path).read() if os.path.exists(doc_path) else ""
