@@ -14,7 +14,7 @@ deps:
 
 # The main job: a GPT trained with FSDP on 2 ranks (built-in corpus), a sample and a loss curve at the end.
 MPIRUN = OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 mpirun
-RUN_ARGS ?= --sample 300 --log-jsonl build/train.jsonl --plot build/loss.png
+RUN_ARGS ?= --max-new-tokens 300 --log-jsonl build/train.jsonl --plot build/loss.png
 run: build
 	$(MPIRUN) -np 2 build/bin/fsdp-train $(RUN_ARGS)
 

@@ -118,14 +118,33 @@ fsdp_status st_writer_add_metadata(st_writer *w, const char *key, const char *va
     return FSDP_OK;
 }
 
-// Writes s to fp as a quoted, escaped JSON string.
+// The length (2..4) of the valid UTF-8 sequence that starts at p (NUL-terminated, p[0] >= 0x80), or 0
+// (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF).
+static int utf8_len(const unsigned char *p) {
+    unsigned char b = p[0], lo = 0x80, hi = 0xBF;  // lo, hi: the range of the second byte
+    int len = b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+    if (b == 0xE0) lo = 0xA0;
+    if (b == 0xED) hi = 0x9F;
+    if (b == 0xF0) lo = 0x90;
+    if (b == 0xF4) hi = 0x8F;
+    for (int i = 1; i < len; i++)
+        if (i == 1 ? (p[i] < lo || p[i] > hi) : (p[i] < 0x80 || p[i] > 0xBF)) return 0;
+    return len;
+}
+
+// Writes s to fp as a quoted, escaped JSON string. The header must be UTF-8 (the reader checks): a byte
+// that is not part of a valid UTF-8 sequence (a --prompt or a path holding one) is written as \u00XX.
 static void put_json_str(FILE *fp, const char *s) {
     fputc('"', fp);
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
+        int len = c >= 0x80 ? utf8_len((const unsigned char *)s) : 1;
         if (c == '"' || c == '\\') fprintf(fp, "\\%c", c);
-        else if (c < 0x20) fprintf(fp, "\\u%04x", c);
-        else fputc(c, fp);
+        else if (c < 0x20 || len == 0) fprintf(fp, "\\u%04x", c);
+        else {
+            fwrite(s, 1, (size_t)len, fp);
+            s += len - 1;
+        }
     }
     fputc('"', fp);
 }

@@ -432,32 +432,36 @@ static int usage(void) {
     return 2;
 }
 
-// Each subcommand's usage and what it does: `fsdp-ckpt SUBCOMMAND --help` prints its entry.
+// `fsdp-ckpt SUBCOMMAND --help` (or -h anywhere after it): that subcommand's usage and what it does.
 static const struct {
     const char *name, *args, *help;
 } subcommands[] = {
-    {"info", "DIR|FILE.safetensors",
-     "prints the layout (sharded or full), the tensors' names, shapes and dtypes, the world size, the step,\n"
-     "the model configuration and the trainer's settings of a checkpoint directory or a safetensors file"},
-    {"verify", "DIR", "checks the completion marker DONE and every file's CRC-32 against it; exit 1 on a mismatch"},
-    {"consolidate", "DIR OUT.safetensors",
-     "writes one full state dict with PyTorch names (streaming, one tensor at a time)"},
-    {"reshard", "DIR OUT_DIR --world-size M", "rewrites the sharded checkpoint DIR for M ranks into OUT_DIR"},
-    {"convert", "DIR OUT_DIR --dtype bf16|f32",
-     "rewrites the checkpoint with bf16 (or f32) tensors (bf16 is an export format: --resume refuses it\n"
-     "without --allow-lowp-resume)"},
+    {"info", "DIR|FILE.safetensors", "Prints a checkpoint's or file's layout, tensor names, shapes and dtypes, world size, step,\n"
+                                     "and the model configuration and settings the run recorded."},
+    {"verify", "DIR", "Checks the completion marker DONE and every shard's CRC-32."},
+    {"consolidate", "DIR OUT.safetensors", "Writes one full state dict with PyTorch names (streaming: memory about one tensor)."},
+    {"reshard", "DIR OUT_DIR --world-size M", "Rewrites the checkpoint for M ranks (each tensor split evenly).\n\n"
+                                              "flags:\n  --world-size M\n      ranks of the rewritten checkpoint"},
+    {"convert", "DIR OUT_DIR --dtype bf16|f32", "Rewrites the checkpoint with bf16 (or f32) tensors; bf16 is an export: --resume\n"
+                                                "refuses it without --allow-lowp-resume.\n\n"
+                                                "flags:\n  --dtype bf16|f32\n      dtype of the rewritten tensors"},
 };
 
-static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+static int subcommand_help(int argc, char **argv) {
+    for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++) {
+        if (strcmp(argv[1], subcommands[i].name)) continue;
+        for (int a = 2; a < argc; a++)
+            if (!strcmp(argv[a], "--help") || !strcmp(argv[a], "-h")) {
+                printf("usage: %s %s %s\n%s\n", prog, subcommands[i].name, subcommands[i].args, subcommands[i].help);
+                return 1;
+            }
+    }
+    return 0;
+}
 
 int main(int argc, char **argv) {
-    if (argc >= 3 && is_help(argv[2]))
-        for (size_t i = 0; i < sizeof subcommands / sizeof *subcommands; i++)
-            if (!strcmp(argv[1], subcommands[i].name)) {
-                printf("usage: %s %s %s\n%s\n", prog, subcommands[i].name, subcommands[i].args, subcommands[i].help);
-                return 0;
-            }
-    if (argc >= 2 && is_help(argv[1])) {
+    if (argc >= 3 && subcommand_help(argc, argv)) return 0;
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: %s COMMAND ...\n"
                "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step, config, settings\n"
                "  verify DIR                        completion marker and every shard's CRC-32\n"

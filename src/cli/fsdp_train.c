@@ -2,7 +2,9 @@
 // with FSDP across MPI ranks (or as a plain process) on byte-level text, llm.c .bin token files, or a
 // built-in corpus. --batch is the per-rank micro-batch: a step sees world x grad-accum x batch
 // sequences, in the order fsdp_data_batch documents. Rank 0 prints a banner and a progress line per
-// step; --log-jsonl, --plot, --sample, --eval-every add records, a loss curve, generated text, validation.
+// step; --log-jsonl, --plot, --max-new-tokens, --eval-every add records, a loss curve, generated text,
+// validation. --eval-only evaluates and/or generates from --init or --resume without training
+// (train_sample.c).
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -19,6 +21,7 @@
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
 #include "cli/train_log.h"
+#include "cli/train_sample.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
 #include "core/fault_inject.h"
@@ -34,7 +37,9 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
-    int schedule, eval_every, eval_batches, sample, collective_timeout, skip_nonfinite;
+    int schedule, eval_every, eval_batches, collective_timeout, skip_nonfinite;
+    int eval_only;             // --eval-only: evaluate and/or generate from --init or --resume, no training
+    train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
     cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
     float lr, min_lr, weight_decay, dropout, clip;
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
@@ -131,95 +136,25 @@ static fsdp_status dims_from_file(train_options *o) {
     return s;
 }
 
-// Mean loss over --eval-batches fixed validation micro-batches (no dropout), averaged over ranks. It
-// reads into its own buffers: the training batch (a fixed --input one included) is left as it is.
-static fsdp_status evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, const train_options *o,
-                            fsdp_comm *world, double *out) {
-    nn_ctx ctx = fsdp_model_ctx(fs, 0, (uint64_t)o->seed, 0);
-    size_t n = (size_t)o->batch * o->seq;
-    int32_t *idx = malloc(sizeof(int32_t) * n), *targets = malloc(sizeof(int32_t) * n);  // (batch, seq) each
-    fsdp_status s = idx && targets ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory for validation");
-    double total = 0.0;
-    for (int b = 0; b < o->eval_batches && s == FSDP_OK; b++) {
-        fsdp_data_batch(val, b, 0, 1, fsdp_comm_rank(world), fsdp_comm_size(world), o->batch, o->seq, idx, targets);
-        s = fsdp_begin_eval(fs);
-        if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, idx, targets, o->batch, o->seq);
-        if (s == FSDP_OK) s = fsdp_end_eval(fs);
-        double loss = 0.0;
-        if (s == FSDP_OK) s = read_loss(&ctx, model, &loss);
-        total += loss;
-    }
-    free(idx);
-    free(targets);
-    FSDP_CHECK(s);
-    FSDP_CHECK(fsdp_all_reduce_double(world, &total));
-    *out = total / o->eval_batches / fsdp_comm_size(world);
-    return FSDP_OK;
-}
-
-// Generates n bytes after a newline with temperature-1 sampling; every rank runs it (FSDP needs all
-// ranks in each forward) with the same random stream, so all agree; rank 0 prints.
-static fsdp_status sample_text(fsdp_state *fs, nn_gpt2 *model, const train_options *o, int n, int rank) {
-    int T = o->seq;
-    int32_t *ctx_tokens = calloc((size_t)T, sizeof(int32_t)), *dummy = calloc((size_t)T, sizeof(int32_t));
-    float *logits = malloc(sizeof(float) * (size_t)o->vocab);  // (vocab,) host: the last position's logits
-    if (!ctx_tokens || !dummy || !logits) {
-        free(ctx_tokens);
-        free(dummy);
-        free(logits);
-        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    }
-    nn_ctx ctx = fsdp_model_ctx(fs, 0, (uint64_t)o->seed, 0);
-    fsdp_rng rng = {(uint64_t)o->seed, fsdp_hash_name("sample")};
-    int len = 1;
-    ctx_tokens[0] = '\n' % o->vocab;
-    if (rank == 0) printf("--- sample (%d bytes) ---\n", n);
-    fsdp_status s = FSDP_OK;
-    for (int i = 0; i < n && s == FSDP_OK; i++) {
-        s = fsdp_begin_eval(fs);
-        if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, ctx_tokens, dummy, 1, len);
-        if (s == FSDP_OK) s = fsdp_end_eval(fs);
-        if (s == FSDP_OK)
-            s = fsdp_dev_read(ctx.stream, logits, model->logits + (size_t)(len - 1) * o->vocab,
-                              sizeof(float) * (size_t)o->vocab);
-        if (s != FSDP_OK) break;
-        float maxv = logits[0];
-        for (int v = 1; v < o->vocab; v++) maxv = logits[v] > maxv ? logits[v] : maxv;
-        double sum = 0.0;
-        for (int v = 0; v < o->vocab; v++) sum += exp((double)(logits[v] - maxv));
-        double u = fsdp_rng_uniform_at(rng, (uint64_t)i) * sum, acc = 0.0;
-        int tok = o->vocab - 1;
-        for (int v = 0; v < o->vocab; v++) {
-            acc += exp((double)(logits[v] - maxv));
-            if (acc >= u) {
-                tok = v;
-                break;
-            }
-        }
-        if (rank == 0) putchar(tok < 256 && tok != 0 ? tok : '?');
-        if (len < T) {
-            ctx_tokens[len++] = tok;
-        } else {  // slide the window
-            memmove(ctx_tokens, ctx_tokens + 1, sizeof(int32_t) * (size_t)(T - 1));
-            ctx_tokens[T - 1] = tok;
-        }
-    }
-    if (rank == 0) printf("\n--- end of sample ---\n");
-    free(ctx_tokens);
-    free(dummy);
-    free(logits);
-    return s;
-}
-
 static int run(train_options *o, fsdp_comm *world) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    const cli_model_config *c = &o->config;
+    if (o->eval_only && train_eval_only_check("fsdp-train", c->args, c->nargs, c->argc, c->argv, &o->fsdp.ckpt,
+                                              o->init_path, o->grad_accum, o->eval_batches, o->gen.max_new_tokens, R))
+        return 2;
+    if (train_sample_check("fsdp-train", &o->gen, o->vocab, c->args, c->nargs, c->argc, c->argv, R)) return 2;
     if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
-    if (o->val_path && o->eval_every == 0) {
+    if (o->eval_every > 0 && o->eval_batches == 0) {
+        if (R == 0) fprintf(stderr, "fsdp-train: --eval-batches 0 with --eval-every evaluates nothing\n");
+        return 2;
+    }
+    if (o->val_path && o->eval_every == 0 && !o->eval_only) {
         if (R == 0) fprintf(stderr, "fsdp-train: --val-data needs --eval-every (without it nothing is evaluated)\n");
         return 2;
     }
     const cli_output_path outputs[] = {
-        {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
+        {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
+        {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
         {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
         {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
         {"--plot", o->plot_path, CLI_OUT_FILE}};
@@ -243,10 +178,14 @@ static int run(train_options *o, fsdp_comm *world) {
     int32_t *idx = NULL, *targets = NULL;  // [N*B, T] token ids and next-token targets
     train_log log;
     memset(&log, 0, sizeof log);
-    if (!o->input_path && fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK) goto failed;
+    // --eval-only evaluates (unless --eval-batches 0) and reads --data only for its held-out split
+    int evaluating = o->eval_only ? o->eval_batches > 0 : o->eval_every > 0;
+    if (!o->input_path && (!o->eval_only || (evaluating && !o->val_path)) &&
+        fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK)
+        goto failed;
     if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) goto failed;
     // no --val-data: hold out the training data's last 10% (training never sees it), as nanoGPT's split
-    if (o->eval_every > 0 && !val && fsdp_data_split_tail(data, EVAL_HOLDOUT_PERCENT, o->seq, &val) != FSDP_OK) {
+    if (evaluating && !val && fsdp_data_split_tail(data, EVAL_HOLDOUT_PERCENT, o->seq, &val) != FSDP_OK) {
         if (R == 0) fprintf(stderr, "fsdp-train: --eval-every without --val-data: %s; pass --val-data\n", fsdp_last_error());
         rc = 2;
         goto done;
@@ -294,15 +233,25 @@ static int run(train_options *o, fsdp_comm *world) {
                fsdp_dtype_name(fcfg.reduce_dtype), k->name);
         char threads_line[160];
         printf("  %s\n", fsdp_threads_describe(&o->thread_choice, threads_line, sizeof threads_line));
-        printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
-               (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
-        if (val) printf("  validation: %d batches of %s every %d steps and after the last\n", o->eval_batches,
-                        fsdp_data_name(val), o->eval_every);
+        if (o->eval_only)
+            printf("  eval only (no training): batch %d per rank x %d ranks\n", B, N);
+        else
+            printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
+                   (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
+        if (val && !o->eval_only)
+            printf("  validation: %d batches of %s every %d steps and after the last\n", o->eval_batches,
+                   fsdp_data_name(val), o->eval_every);
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
                16.0 * (double)local / 1048576.0, (long long)local);
         cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
         if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
         fflush(stdout);
+    }
+    if (o->eval_only) {  // evaluate and/or generate, then exit without training (train_sample.c)
+        if (train_eval_only(fs, &model, &o->fsdp.ckpt, val, B, T, o->eval_batches, &o->gen, o->vocab,
+                            (uint64_t)o->seed, world) != FSDP_OK)
+            goto failed;
+        goto done;
     }
     idx = malloc(sizeof(int32_t) * (size_t)N * B * T);
     targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
@@ -397,7 +346,7 @@ static int run(train_options *o, fsdp_comm *world) {
         train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
                             (double)fsdp_mem_peak_total(), -1.0, norm};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
-            evaluate(fs, &model, val, o, world, &rec.val_loss) != FSDP_OK)
+            train_evaluate(fs, &model, val, B, T, o->eval_batches, (uint64_t)o->seed, world, &rec.val_loss) != FSDP_OK)
             goto failed;
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
         int stop = 0;  // every rank stops after the same step
@@ -440,7 +389,9 @@ static int run(train_options *o, fsdp_comm *world) {
         if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) goto failed;
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
     }
-    if (o->sample > 0 && sample_text(fs, &model, o, o->sample, R) != FSDP_OK) goto failed;
+    if (o->gen.max_new_tokens > 0 &&
+        train_sample_generate(fs, &model, &o->gen, o->vocab, T, (uint64_t)o->seed, R, stdout) != FSDP_OK)
+        goto failed;
     if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
     if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
     goto done;
@@ -461,7 +412,7 @@ int main(int argc, char **argv) {
     train_options o = {.layers = 4, .d_model = 256, .heads = 4, .vocab = 256, .seq = 128, .max_seq = 0,
                        .batch = 8, .grad_accum = 1, .steps = 300, .seed = 0, .threads = 0, .warmup = 20,
                        .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 1.0f,
-                       .eval_batches = 4, .collective_timeout = 300};
+                       .eval_batches = 4, .collective_timeout = 300, .gen = {NULL, 1.0f, 0, 0}};
     cli_fsdp_defaults(&o.fsdp);
     cli_arg args[80] = {
         {"--layers", ARG_INT, &o.layers, "transformer blocks", 1, 1e5, NULL},
@@ -484,8 +435,13 @@ int main(int argc, char **argv) {
         {"--data", ARG_STRING, &o.data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
         {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
         {"--eval-every", ARG_INT, &o.eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
-        {"--eval-batches", ARG_INT, &o.eval_batches, "validation micro-batches per evaluation", 1, 1e6, NULL},
-        {"--sample", ARG_INT, &o.sample, "generate N bytes of text at the end (byte-level models)", 0, 1e6, NULL},
+        {"--eval-batches", ARG_INT, &o.eval_batches, "validation micro-batches per evaluation (0: none, with --eval-only)", 0, 1e6, NULL},
+        {"--eval-only", ARG_BOOL, &o.eval_only, "evaluate (and generate with --max-new-tokens) the weights of --init or --resume, then exit without training; training flags are errors with it", 1, 0, NULL},
+        {"--max-new-tokens", ARG_INT, &o.gen.max_new_tokens, "generate N tokens (bytes of a byte-level model) at the end", 0, 1e6, NULL},
+        {"--sample", ARG_INT, &o.gen.max_new_tokens, "alias of --max-new-tokens", 0, 1e6, NULL},
+        {"--prompt", ARG_STRING, &o.gen.prompt, "text whose bytes start the generated context (default: a newline)", 1, 0, NULL},
+        {"--temperature", ARG_FLOAT, &o.gen.temperature, "sampling temperature (0: greedy argmax)", 0, 1e3, NULL},
+        {"--top-k", ARG_INT, &o.gen.top_k, "sample only among the K most likely tokens (0: all)", 0, 1e7, NULL},
         {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
         {"--init", ARG_STRING, &o.init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
         {"--save", ARG_STRING, &o.save_path, "write the weights here after the last step (rank 0)", 1, 0, NULL},

@@ -1,7 +1,7 @@
 """fsdp-train flags that change what a run computes or reports, each held against an exact reference so
 the test fails if the flag is ignored: --eval-every/--val-data (validation losses equal a PyTorch
 evaluation of the same weights on the validation windows, or without --val-data on the held-out last 10%
-of --data, at exactly the documented steps), --sample
+of --data, at exactly the documented steps), --max-new-tokens
 (the bytes equal a PyTorch decode with the same Philox stream, before and after training), --plot (a
 PNG), FSDP_DEBUG=INFO (the sharding layout on rank 0 only, matching the model), --min-lr and the
 schedule (the lr of every step equals the documented formula; the last step is at --min-lr), and the
@@ -47,7 +47,7 @@ def logits_of(model, idx):
     return model.ln_f(x) @ model.wte.weight.t()
 
 
-# --- Philox4x32-10 and the sampler of fsdp-train (src/core/rng.c, sample_text in src/cli/fsdp_train.c)
+# --- Philox4x32-10 and the sampler of fsdp-train (src/core/rng.c, next_token in src/cli/train_sample.c)
 MASK = 0xFFFFFFFF
 
 
@@ -94,7 +94,7 @@ def torch_sample(model, n, seed, T):
 
 def sample_of(stdout, n):
     """The bytes between fsdp-train's sample markers (None when they are missing)."""
-    head = b"--- sample (%d bytes) ---\n" % n
+    head = b"--- sample (%d tokens) ---\n" % n
     tail = b"\n--- end of sample ---\n"
     a = stdout.find(head)
     b = stdout.find(tail, a + len(head)) if a >= 0 else -1
@@ -179,7 +179,7 @@ def check_sample(chk, train, tmp, init, model_state, train_bin):
     outs = {}
     for seed in (7, 8):
         got = sample_of(run_bytes([train, "--init", init, "--seq", str(T), "--batch", "1", "--steps", "0",
-                                   "--sample", str(n), "--seed", str(seed), "--data", train_bin, "--threads", "1"]), n)
+                                   "--max-new-tokens", str(n), "--seed", str(seed), "--data", train_bin, "--threads", "1"]), n)
         want = torch_sample(model, n, seed, T)
         outs[seed] = got
         chk.true(f"sample seed {seed}: exactly {n} bytes, equal to a PyTorch decode with the same Philox stream",
@@ -187,7 +187,7 @@ def check_sample(chk, train, tmp, init, model_state, train_bin):
     chk.true("sample: another seed gives other text", outs[7] is not None and outs[7] != outs[8])
     final = os.path.join(tmp, "sampled_final.safetensors")
     got = sample_of(run_bytes([train, "--init", init, "--seq", str(T), "--batch", "2", "--steps", "3", "--lr", "3e-2",
-                               "--data", train_bin, "--save", final, "--sample", str(n), "--seed", "7"] + EXACT), n)
+                               "--data", train_bin, "--save", final, "--max-new-tokens", str(n), "--seed", "7"] + EXACT), n)
     trained = GPT2(V, MAXT, L, C, H)
     trained.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in st_load(final).items()})
     want = torch_sample(trained, n, 7, T)
