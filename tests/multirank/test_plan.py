@@ -52,7 +52,7 @@ def main():
                    ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak", None)
-        p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL + extra)
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world), "--batch", "4"] + MODEL + extra)
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
@@ -69,7 +69,7 @@ def main():
                    ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra, env=env)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak", None)
-        p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world), "--batch", "4"] + MODEL +
                  extra + plan_extra)
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
@@ -96,7 +96,7 @@ def main():
             measured = numbers(r.stdout, "memory rank 0:")
             measured["total"] = measured.pop("total_peak", None)
             os_mem = numbers(r.stdout, "os memory rank 0:")
-            p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + vocab_model +
+            p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world), "--batch", "4"] + vocab_model +
                      extra)
             predicted = numbers(p.stdout, "prediction:")
             for k in KEYS:
