@@ -185,7 +185,7 @@ def main():
             predicted = numbers(proc([plan, sub, "--world-size", str(n)] + argv).stdout, "prediction:")
             want = keys + (["communication", "workspace", "bytes_sent_per_step"] if sub == "train" else [])
             for k in want:
-                chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
+                chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 1e-3, 64)
     chk.report()
 
 
