@@ -11,6 +11,7 @@
 #include "cli/minimal_flags.h"
 #include "cli/model_config.h"
 #include "cli/train_flags.h"
+#include "core/threads.h"
 #include "fsdp/plan.h"
 #include "kernels/kernels.h"
 
@@ -101,6 +102,10 @@ int main(int argc, char **argv) {
         if (m.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     }
     in.world = world;
+    if (in.threads == 0) {  // the tools' default: this machine's cores shared by the node's ranks (unbound)
+        int on_node = no_shm ? 1 : world;
+        in.threads = fsdp_threads_choose(0, fsdp_affinity_cores(), on_node, on_node).threads;
+    }
     if (in.d_model % in.heads) {
         fprintf(stderr, "%s: --heads %d must divide --d-model %d\n", prog, in.heads, in.d_model);
         return 2;
@@ -111,9 +116,9 @@ int main(int argc, char **argv) {
     }
     fsdp_plan p = fsdp_plan_compute(&in);
     double mib = 1048576.0;
-    printf("fsdp-plan: %s, %lld parameters, %d rank(s), %s, %d units%s, batch %d per rank x %d micro-steps, param %s, "
-           "reduce %s\n",
-           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, fsdp_strategy_name(cfg.strategy), p.units,
+    printf("fsdp-plan: %s, %lld parameters, %d rank(s) x %d thread(s), %s, %d units%s, batch %d per rank x %d "
+           "micro-steps, param %s, reduce %s\n",
+           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
            in.activation_checkpointing ? ", activation checkpointing" : "", in.batch, in.grad_accum,
            in.param_bf16 ? "bf16" : "fp32", in.reduce_bf16 ? "bf16" : "fp32");
     printf("per-rank peak memory (MiB):\n");
