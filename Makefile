@@ -20,7 +20,7 @@ run: build
 
 # The seed's "Minimal FSDP Setup" on 2 ranks.
 run-minimal: build
-	$(MPIRUN) -np 2 build/bin/fsdp-minimal --summary
+	$(MPIRUN) -np 2 build/bin/fsdp-minimal --global-batch 16 --summary
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j 1

@@ -48,7 +48,7 @@ for cfg in "gpt fp32 1x2" "gpt bf16 1x2" "gpt fp32 2x1" "gpt bf16 2x1" "seed fp3
         losses "$TMP/$side.jsonl" > "$TMP/$side-l.txt" 2>/dev/null
       else
         s=$(date +%s.%N)
-        run "$log" env OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$bin/fsdp-minimal" --steps "$SEED_STEPS" --threads 1
+        run "$log" env OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$bin/fsdp-minimal" --global-batch 16 --steps "$SEED_STEPS" --threads 1
         v=$(awk -v a="$s" -v b="$(date +%s.%N)" -v n="$SEED_STEPS" 'BEGIN{printf "%.3f", (b - a) * 1000 / n}')
         losses "$log" > "$TMP/$side-l.txt"
       fi

@@ -28,7 +28,7 @@ row() {  # label, log: parse our "mean" line
 echo "== FSDP strategies at 2 ranks x 1 thread ($(date -u '+%F %T') UTC; OPENBLAS_CORETYPE for PyTorch: ${CT:-unset})"
 for model in gpt seed; do
   printf '\n%-44s %10s %10s %9s %12s\n' "$model model" "ms/step" "tokens/s" "comm" "peak MiB/rank"
-  if [ $model = gpt ]; then bin="$BUILD/bin/fsdp-train $GPT --steps $GPT_STEPS"; else bin="$BUILD/bin/fsdp-minimal --steps $SEED_STEPS"; fi
+  if [ $model = gpt ]; then bin="$BUILD/bin/fsdp-train $GPT --steps $GPT_STEPS"; else bin="$BUILD/bin/fsdp-minimal --global-batch 16 --steps $SEED_STEPS"; fi
   one=""; two=""
   if [ $model = gpt ]; then one="--batch 8"; two="--batch 4"; fi
   OMP_NUM_THREADS=2 $bin $one >"$LOGS/strat-$model-1proc.log" 2>&1

@@ -32,7 +32,7 @@ for model in seed gpt; do
       unbound-t2) label="--bind-to none -np 2 --threads 2 (passive waits)"; mpi=(--bind-to none -np 2); extra=(--threads 2); n=2 ;;
     esac
     if [ $model = seed ]; then
-      cmd=("$BUILD/bin/fsdp-minimal" --steps "$SEED_STEPS" --batch 12 --summary)
+      cmd=("$BUILD/bin/fsdp-minimal" --steps "$SEED_STEPS" --global-batch 12 --summary)
     else
       cmd=("$BUILD/bin/fsdp-train" $GPT --batch $((12 / n)) --steps "$GPT_STEPS")
     fi

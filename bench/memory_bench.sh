@@ -17,7 +17,7 @@ row() {
   local model=$1 batch=$2 n=$3 extra=$4
   out=$(mpirun -np $n -x OMP_NUM_THREADS=1 "$BUILD/bin/fsdp-train" $model --batch $batch --steps 2 --threads 1 \
         --summary $extra 2>&1)
-  plan=$("$BUILD/bin/fsdp-plan" $model --batch $batch --world-size $n $extra | sed -n 's/^prediction:.* total \([0-9]*\).*/\1/p')
+  plan=$("$BUILD/bin/fsdp-plan" train $model --batch $batch --threads 1 --world-size $n $extra | sed -n 's/^prediction:.* total \([0-9]*\).*/\1/p')
   echo "$out" | awk -v n=$n -v flags="${extra:--}" -v plan="$plan" '
     /^memory rank 0:/ { for (i = 1; i <= NF; i++) v[$i] = $(i + 1) }
     /^os memory rank 0:/ { for (i = 1; i <= NF; i++) os[$i] = $(i + 1) }

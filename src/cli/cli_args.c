@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void print_help(const char *prog, const char *summary, const cli_arg *args, int nargs) {
     printf("usage: %s [flags]\n%s\n\nflags:\n", prog, summary);
@@ -41,10 +42,46 @@ static int choice_index(const char *choices, const char *value) {
     int idx = 0;
     for (const char *c = choices; c; idx++) {
         size_t len = strcspn(c, "|");
-        if (strlen(value) == len && strncmp(c, value, len) == 0) return idx;
+        if (strlen(value) == len && strncasecmp(c, value, len) == 0) return idx;  // FULL_SHARD == full_shard
         c = c[len] ? c + len + 1 : NULL;
     }
     return -1;
+}
+
+// Edit distance between a and b (insertions, deletions, substitutions), for names up to 63 characters.
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 64;
+    int row[64];  // (lb + 1,) the previous row of the distance table, updated in place
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+            if (up + 1 < best) best = up + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            diag = up;
+            row[j] = best;
+        }
+    }
+    return row[lb];
+}
+
+// The flag an unknown `flag` most likely meant: the shortest name it is a prefix of (--clip, --clip-grad
+// -> --clip-grad-norm), else the nearest name within a third of its length in edits; NULL when none is.
+static const char *closest_flag(const char *flag, const cli_arg *args, int nargs) {
+    const char *best = NULL;
+    size_t n = strlen(flag);
+    for (int k = 0; k < nargs && n > 2; k++)
+        if (strncmp(args[k].name, flag, n) == 0 && (!best || strlen(args[k].name) < strlen(best))) best = args[k].name;
+    if (best) return best;
+    int best_d = (int)(n / 3) + 1;
+    for (int k = 0; k < nargs; k++) {
+        int d = edit_distance(flag, args[k].name);
+        if (d < best_d) best_d = d, best = args[k].name;
+    }
+    return best;
 }
 
 int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, int argc, char **argv) {
@@ -58,7 +95,9 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
         for (int k = 0; k < nargs; k++)
             if (strcmp(args[k].name, flag) == 0) a = &args[k];
         if (!a) {
-            fprintf(stderr, "%s: unknown flag '%s' (see --help)\n", prog, flag);
+            const char *near = closest_flag(flag, args, nargs);
+            if (near) fprintf(stderr, "%s: unknown flag %s (did you mean %s?)\n", prog, flag, near);
+            else fprintf(stderr, "%s: unknown flag %s (see --help)\n", prog, flag);
             return -1;
         }
         if (a->type == ARG_BOOL) {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -154,6 +155,15 @@ static void print_model_metadata(const st_file *f) {
     }
 }
 
+// One layout line of `info`: the strategy by its name (FULL_SHARD, ...; the file records its index).
+static void print_layout_key(const char *key, const char *value) {
+    char *end = NULL;
+    long v = value ? strtol(value, &end, 10) : -1;
+    if (value && !strcmp(key, "strategy") && end != value && !*end && v >= FSDP_FULL_SHARD && v <= FSDP_DDP)
+        value = fsdp_strategy_name((fsdp_strategy)v);
+    printf("  %-13s %s\n", key, value ? value : "?");
+}
+
 static int is_full(const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
@@ -184,7 +194,7 @@ static int cmd_info(const char *path) {
         printf("%s: full checkpoint (model.safetensors + optimizer.safetensors)\n", path);
         const char *mkeys[] = {"world_size", "strategy", "step", "seed", "global_batch", "adam_step"};
         for (size_t k = 0; k < sizeof mkeys / sizeof mkeys[0]; k++)
-            printf("  %-13s %s\n", mkeys[k], st_metadata(o, mkeys[k]) ? st_metadata(o, mkeys[k]) : "?");
+            print_layout_key(mkeys[k], st_metadata(o, mkeys[k]));
         st_close(o);
         return cmd_info(model);  // (model.safetensors records the configuration too)
     }
@@ -193,7 +203,7 @@ static int cmd_info(const char *path) {
     const char *keys[] = {"format", "world_size", "strategy", "step", "seed", "global_batch", "adam_step"};
     printf("%s: sharded checkpoint\n", path);
     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
-        printf("  %-13s %s\n", keys[k], st_metadata(c.index, keys[k]) ? st_metadata(c.index, keys[k]) : "?");
+        print_layout_key(keys[k], st_metadata(c.index, keys[k]));
     if (st_metadata(c.index, "dtype")) printf("  %-13s %s\n", "dtype", st_metadata(c.index, "dtype"));
     print_model_metadata(c.index);
     const char *names[4096];
@@ -375,7 +385,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
     char val[64];
     snprintf(val, sizeof val, "%d", world);
     if (st == FSDP_OK) st = st_writer_add_metadata(iw, "world_size", val);
-    if (st == FSDP_OK) st = st_writer_add_metadata(iw, "dtype", dtype == ST_F32 ? "f32" : "bf16");
+    if (st == FSDP_OK) st = st_writer_add_metadata(iw, "dtype", dtype == ST_F32 ? "fp32" : "bf16");
     if (st == FSDP_OK) st = copy_model_metadata(c.index, iw);
     for (int q = 0; q < world && st == FSDP_OK; q++) {
         char key[64], shard[4200];
@@ -428,7 +438,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
 
 static int usage(void) {
     fprintf(stderr, "usage: %s info DIR|FILE | verify DIR | consolidate DIR OUT.safetensors |\n"
-                    "       reshard DIR OUT_DIR --world-size M | convert DIR OUT_DIR --dtype bf16|f32\n", prog);
+                    "       reshard DIR OUT_DIR --world-size M | convert DIR OUT_DIR --dtype bf16|fp32\n", prog);
     return 2;
 }
 
@@ -467,7 +477,7 @@ int main(int argc, char **argv) {
                "  verify DIR                        completion marker and every shard's CRC-32\n"
                "  consolidate DIR OUT.safetensors   one full state dict with PyTorch names (streaming)\n"
                "  reshard DIR OUT_DIR --world-size M   rewrite the checkpoint for M ranks\n"
-               "  convert DIR OUT_DIR --dtype bf16|f32 rewrite with bf16 (or f32) tensors\n", prog);
+               "  convert DIR OUT_DIR --dtype bf16|fp32 rewrite with bf16 (or fp32) tensors\n", prog);
         return 0;
     }
     if (argc == 3 && !strcmp(argv[1], "info")) return cmd_info(argv[2]);
@@ -483,11 +493,11 @@ int main(int argc, char **argv) {
         return cmd_rewrite(argv[2], argv[3], (int)m, ST_F32);
     }
     if (argc == 6 && !strcmp(argv[1], "convert") && !strcmp(argv[4], "--dtype")) {
-        if (strcmp(argv[5], "bf16") && strcmp(argv[5], "f32")) {
-            fprintf(stderr, "%s: --dtype: expected bf16 or f32, got '%s'\n", prog, argv[5]);
+        if (strcasecmp(argv[5], "bf16") && strcasecmp(argv[5], "fp32")) {
+            fprintf(stderr, "%s: --dtype: expected bf16 or fp32, got '%s'\n", prog, argv[5]);
             return 2;
         }
-        return cmd_rewrite(argv[2], argv[3], 0, strcmp(argv[5], "bf16") ? ST_F32 : ST_BF16);
+        return cmd_rewrite(argv[2], argv[3], 0, strcasecmp(argv[5], "bf16") ? ST_F32 : ST_BF16);
     }
     return usage();
 }

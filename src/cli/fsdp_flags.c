@@ -132,3 +132,25 @@ int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc 
     if (report[0] && fsdp_comm_rank(world) == 0) fprintf(stderr, "%s: note: %s\n", prog, report);
     return 0;
 }
+
+int cli_batch_resolve(const char *prog, int print, int given_batch, int *batch, int *global, int grad_accum, int world) {
+    if (*global <= 0) {
+        *global = world * grad_accum * *batch;
+        return 0;
+    }
+    if (given_batch) {
+        if (print)
+            fprintf(stderr, "%s: --batch %d and --global-batch %d: give one (--batch is per rank, --global-batch the "
+                "sequences per step over all ranks)\n", prog, *batch, *global);
+        return -1;
+    }
+    long long parts = (long long)world * grad_accum;
+    if (*global % parts) {
+        if (print)
+            fprintf(stderr, "%s: --global-batch %d is not divisible by the world size %d x --grad-accum %d\n", prog,
+                *global, world, grad_accum);
+        return -1;
+    }
+    *batch = (int)(*global / parts);
+    return 0;
+}

@@ -43,3 +43,10 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank);
 int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc desc, fsdp_config cfg,
                    fsdp_comm *world, uint64_t seed, const char *init_path, const char *alt_prefix,
                    fsdp_state **out);
+
+// --batch (per-rank micro-batch) against --global-batch (sequences per optimizer step, over all ranks
+// and micro-steps): with --global-batch given (*global > 0) sets *batch = *global / (world x grad_accum);
+// otherwise sets *global = world x grad_accum x *batch. given_batch: --batch was on the command line.
+// Returns 0, or -1 after one line naming the flags and values (both given; not divisible), printed when
+// `print` (rank 0).
+int cli_batch_resolve(const char *prog, int print, int given_batch, int *batch, int *global, int grad_accum, int world);

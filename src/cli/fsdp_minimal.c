@@ -2,8 +2,10 @@
 //   model = FSDP(nn.Sequential(*[nn.TransformerEncoderLayer(d, h, ffn, dropout) for _ in range(L)]))
 //   opt = AdamW(model.parameters(), lr); x = randn(seq, batch, d)
 //   for step in range(steps): zero_grad; loss = model(x).abs().mean(); loss.backward(); opt.step()
-// Runs as a plain process or under any MPI launcher; --batch and x are the GLOBAL batch: rank r takes
-// batch columns [r*B/N, (r+1)*B/N). Rank 0 prints "step K loss L" with the global mean loss.
+// Runs as a plain process or under any MPI launcher. --batch B is the per-rank micro-batch, as in
+// fsdp-train; x holds the global batch G = world x --grad-accum x B (--global-batch G sets it directly):
+// rank r takes batch columns [r*G/N, (r+1)*G/N), split into --grad-accum micro-batches. Rank 0 prints
+// "step K loss L" with the global mean loss.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +14,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/minimal_flags.h"
 #include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
@@ -22,16 +25,6 @@
 #include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
 #include "nn/loss.h"
-
-typedef struct {
-    int layers, d_model, heads, ffn, seq, batch, steps, seed, threads, grad_accum, no_sync;
-    float dropout, lr, weight_decay, clip;
-    const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
-    const char *config_path;  // --config (cli_config_argv)
-    int norm_first, activation, batch_first, causal;
-    cli_fsdp_options fsdp;  // the flags shared with fsdp-train
-    cli_model_config config;  // what the files written record (model_config.h)
-} minimal_options;
 
 // The configuration the files record: nn.TransformerEncoderLayer's arguments (PyTorch names) and the
 // layer count, with the flags setting them.
@@ -46,9 +39,9 @@ static int fail(const char *msg) {
     return 1;
 }
 
-// The global x: (seq, batch, d), or (batch, seq, d) when batch_first.
+// The global x: (seq, global_batch, d), or (global_batch, seq, d) when batch_first.
 static fsdp_status load_input(const minimal_options *o, float *x) {
-    int64_t shape[3] = {o->batch_first ? o->batch : o->seq, o->batch_first ? o->seq : o->batch, o->d_model};
+    int64_t shape[3] = {o->batch_first ? o->global_batch : o->seq, o->batch_first ? o->seq : o->global_batch, o->d_model};
     if (!o->input_path) {
         fsdp_rng rng = {(uint64_t)o->seed, fsdp_hash_name("input.x")};
         fsdp_rng_normal(rng, 0, x, (size_t)(shape[0] * shape[1] * shape[2]), 0.0f, 1.0f);
@@ -67,7 +60,7 @@ static void take_columns(const minimal_options *o, const float *x, float *dst, i
     for (int t = 0; t < o->seq; t++)
         for (int b = 0; b < nb; b++) {
             const float *src = o->batch_first ? x + ((size_t)(b0 + b) * o->seq + t) * C
-                                              : x + ((size_t)t * o->batch + b0 + b) * C;
+                                              : x + ((size_t)t * o->global_batch + b0 + b) * C;
             float *d = o->batch_first ? dst + ((size_t)b * o->seq + t) * C : dst + ((size_t)t * nb + b) * C;
             memcpy(d, src, C * sizeof(float));
         }
@@ -90,11 +83,11 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, fsdp_
                 const float *src = all + (size_t)r * local +
                                    (o->batch_first ? ((size_t)b * o->seq + t) * C : ((size_t)t * nb + b) * C);
                 int gb = r * nb + b;
-                float *d = o->batch_first ? glob + ((size_t)gb * o->seq + t) * C : glob + ((size_t)t * o->batch + gb) * C;
+                float *d = o->batch_first ? glob + ((size_t)gb * o->seq + t) * C : glob + ((size_t)t * o->global_batch + gb) * C;
                 memcpy(d, src, C * sizeof(float));
             }
     if (s == FSDP_OK && fsdp_comm_rank(world) == 0) {
-        int64_t shape[3] = {o->batch_first ? o->batch : o->seq, o->batch_first ? o->seq : o->batch, o->d_model};
+        int64_t shape[3] = {o->batch_first ? o->global_batch : o->seq, o->batch_first ? o->seq : o->global_batch, o->d_model};
         st_writer *w = st_writer_new(o->dump_output_path);
         s = w ? st_writer_add(w, "y", ST_F32, 3, shape, glob) : FSDP_ERR_NOMEM;
         if (w) s = s == FSDP_OK ? st_writer_commit(w) : (st_writer_free(w), s);
@@ -115,17 +108,10 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     if (cli_check_output_paths("fsdp-minimal", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
     char line[160];
     if (o->fsdp.summary && R == 0) printf("%s\n", fsdp_threads_describe(threads, line, sizeof line));
-    if (o->batch % N) {
-        fprintf(stderr, "fsdp-minimal: --batch %d is not divisible by the world size %d\n", o->batch, N);
+    if (minimal_resolve_batch("fsdp-minimal", o, o->config.args, o->config.nargs, o->config.argc, o->config.argv, N,
+                              R == 0))
         return 2;
-    }
-    int local_batch = o->batch / N;
-    if (local_batch % o->grad_accum) {
-        fprintf(stderr, "fsdp-minimal: the per-rank batch %d is not divisible by --grad-accum %d\n", local_batch,
-                o->grad_accum);
-        return 2;
-    }
-    int micro = local_batch / o->grad_accum;
+    int micro = o->batch, local_batch = o->global_batch / N;  // per micro-step and per step, on this rank
     fsdp_config cfg;
     if (cli_fsdp_config("fsdp-minimal", &o->fsdp, &cfg)) return 2;
     if (o->dump_output_path && o->grad_accum != 1) {
@@ -162,7 +148,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
 
     fsdp_dev *dev = fsdp_state_device(fs);
     fsdp_stream *stream = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
-    size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->batch * C, micro_n = (size_t)o->seq * micro * C;
+    size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->global_batch * C, micro_n = (size_t)o->seq * micro * C;
     x = malloc(sizeof(float) * global_n);
     xm = malloc(sizeof(float) * micro_n * (size_t)o->grad_accum);
     xm_dev = fsdp_dev_alloc(dev, sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
@@ -187,7 +173,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
 
     cli_ckpt_catch_signals();
     int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->batch, R, &start_step) != FSDP_OK) goto failed;
+    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->global_batch, R, &start_step) != FSDP_OK) goto failed;
     if (cli_ckpt_check_steps("fsdp-minimal", o->steps, start_step, R)) {
         rc = 2;
         goto done;
@@ -236,7 +222,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         int stop = 0;  // SIGINT/SIGTERM: every rank stops after this step, saves, exits 130
         if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
         if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop) &&
-            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->batch, R) != FSDP_OK)
+            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->global_batch, R) != FSDP_OK)
             goto failed;
         if (stop) {
             if (R == 0) fprintf(stderr, "fsdp-minimal: interrupted after step %d%s\n", step,
@@ -248,7 +234,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     if (o->steps - start_step > 1 && R == 0)
         printf("mean (steps %d..%d): %.2f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB\n",
                start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
-               (double)o->seq * o->batch * (o->steps - 1 - start_step) / total_time,
+               (double)o->seq * o->global_batch * (o->steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0);
     if (o->fsdp.summary && R == 0)  // this rank's memory after training, by category (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
@@ -272,44 +258,11 @@ done:
 }
 
 int main(int argc, char **argv) {
-    minimal_options o = {.layers = 4, .d_model = 128, .heads = 4, .ffn = 2048, .seq = 8, .batch = 16,
-                         .steps = 5, .seed = 0, .threads = 0, .grad_accum = 1, .dropout = 0.1f, .lr = 1e-4f,
-                         .weight_decay = 0.01f};
-    cli_fsdp_defaults(&o.fsdp);
-    cli_arg args[64] = {
-        {"--layers", ARG_INT, &o.layers, "number of TransformerEncoderLayers", 1, 1e6, NULL},
-        {"--d-model", ARG_INT, &o.d_model, "model width (d_model)", 1, 1e6, NULL},
-        {"--heads", ARG_INT, &o.heads, "attention heads (must divide d_model)", 1, 1e6, NULL},
-        {"--ffn", ARG_INT, &o.ffn, "feed-forward width (dim_feedforward)", 1, 1e7, NULL},
-        {"--dropout", ARG_FLOAT, &o.dropout, "dropout probability", 0, 0.999, NULL},
-        {"--seq", ARG_INT, &o.seq, "sequence length", 1, 1e6, NULL},
-        {"--batch", ARG_INT, &o.batch, "global batch size (split evenly over ranks)", 1, 1e6, NULL},
-        {"--steps", ARG_INT, &o.steps, "optimizer steps in total (a --resume continues up to it)", 0, 1e9, NULL},
-        {"--lr", ARG_FLOAT, &o.lr, "AdamW learning rate", 0, 1e3, NULL},
-        {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
-        {"--seed", ARG_INT, &o.seed, "seed for init, input and dropout", 0, 2147483647, NULL},
-        {"--init", ARG_STRING, &o.init_path, "initial weights (safetensors, PyTorch names)", 1, 0, NULL},
-        {"--input", ARG_STRING, &o.input_path, "global input (safetensors with tensor x [seq, batch, d_model])", 1, 0, NULL},
-        {"--save", ARG_STRING, &o.save_path, "write the full state dict here after the last step (rank 0)", 1, 0, NULL},
-        {"--grad-accum", ARG_INT, &o.grad_accum, "micro-batches per step (each rank's batch is split into this many)", 1, 1e6, NULL},
-        {"--no-sync", ARG_BOOL, &o.no_sync, "accumulate unsharded gradients locally and reduce once per step", 1, 0, NULL},
-        {"--clip-grad-norm", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off); the log shows the norm", 0, 1e9, NULL},
-        {"--norm-first", ARG_BOOL, &o.norm_first, "pre-LN layers (norm_first=True)", 1, 0, NULL},
-        {"--activation", ARG_CHOICE, &o.activation, "FFN activation", 1, 0, "relu|gelu"},
-        {"--batch-first", ARG_BOOL, &o.batch_first, "x is [batch, seq, d_model] (batch_first=True)", 1, 0, NULL},
-        {"--causal", ARG_BOOL, &o.causal, "causal attention mask", 1, 0, NULL},
-        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's full parameter gradients (after clipping) here", 1, 0, NULL},
-        {"--dump-output", ARG_STRING, &o.dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
-        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
-        {"--config", ARG_STRING, &o.config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
-    };
-    int nargs = 0;
-    while (args[nargs].name) nargs++;
-    nargs = cli_fsdp_add_flags(args, nargs, &o.fsdp);
+    minimal_options o;
+    cli_arg args[MINIMAL_FLAGS_MAX];
+    int nargs = minimal_flags(&o, args);
     if (cli_config_argv("fsdp-minimal", args, nargs, &argc, &argv)) return 2;  // --config FILE, then the command line
-    int parsed = cli_parse("fsdp-minimal",
-                           "Trains FSDP(nn.Sequential(TransformerEncoderLayer x L)) on loss mean(|model(x)|) with AdamW.",
-                           args, nargs, argc, argv);
+    int parsed = cli_parse("fsdp-minimal", MINIMAL_SUMMARY, args, nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-minimal", "transformer_encoder", encoder_fields,
                                   (int)(sizeof encoder_fields / sizeof *encoder_fields), args, nargs, argc, argv};

@@ -1,75 +1,126 @@
 // fsdp_plan.c: predicts a rank's peak memory by category and the bytes it sends per step, before
 // anything runs (fsdp/plan.h has the model; tests hold it to measured runs).
+//   fsdp-plan train FLAGS...    fsdp-train's flags (train_flags.c: the same names, defaults and help)
+//   fsdp-plan minimal FLAGS...  fsdp-minimal's flags (minimal_flags.c)
+// plus the planner's own: --world-size, --no-shared-memory (--device is a tool flag).
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
+#include "cli/minimal_flags.h"
+#include "cli/model_config.h"
+#include "cli/train_flags.h"
+#include "core/threads.h"
 #include "fsdp/plan.h"
 #include "kernels/kernels.h"
 
+#define PLAN_NFLAGS 2
+
+// The planner's own flags, appended to the tool's table at args[n..n + PLAN_NFLAGS).
+static int add_plan_flags(cli_arg *args, int n, int *world, int *no_shm) {
+    args[n] = (cli_arg){"--world-size", ARG_INT, world, "fsdp-plan: the ranks the run starts (mpirun -np)", 1, 1e7, NULL};
+    args[n + 1] = (cli_arg){"--no-shared-memory", ARG_BOOL, no_shm,
+                            "fsdp-plan: ranks on different nodes (no shared gradient staging)", 1, 0, NULL};
+    return n + PLAN_NFLAGS;
+}
+
+static int usage(FILE *out) {
+    fprintf(out, "usage: fsdp-plan train FLAGS...    (fsdp-train's flags, plus --world-size N, --no-shared-memory)\n"
+                 "       fsdp-plan minimal FLAGS...  (fsdp-minimal's flags, plus the same)\n"
+                 "Predicts per-rank memory and communication of the run those flags start; "
+                 "`fsdp-plan train --help` lists them.\n");
+    return out == stdout ? 0 : 2;
+}
+
+// Fills `in` from the FSDP flags shared by both tools; returns 0, or -1 after printing an error.
+static int fill_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fsdp_plan_input *in, fsdp_config *cfg) {
+    if (cli_fsdp_config(prog, f, cfg)) return -1;
+    in->strategy = cfg->strategy;
+    in->shard_group = cfg->shard_group_size;
+    in->wrap = cfg->wrap == FSDP_WRAP_TRANSFORMER ? 0 : cfg->wrap == FSDP_WRAP_SIZE ? 1 : 2;
+    in->min_num_params = cfg->min_num_params;
+    in->backward_prefetch = f->backward_prefetch;
+    in->forward_prefetch = f->forward_prefetch;
+    in->limit_all_gathers = f->limit_all_gathers;
+    in->activation_checkpointing = f->activation_checkpointing;
+    in->shared_memory = !no_shm;
+    in->zero_copy = fsdp_dev_host_addressable(cfg->device);
+    in->param_bf16 = cfg->param_dtype == FSDP_BF16;
+    in->reduce_bf16 = cfg->reduce_dtype == FSDP_BF16;
+    in->bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc < 2) return usage(stderr);
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
+    int train = !strcmp(argv[1], "train");
+    if (!train && strcmp(argv[1], "minimal")) {
+        fprintf(stderr, "fsdp-plan: %s: name the tool first: fsdp-plan train FLAGS (fsdp-train's) or fsdp-plan minimal "
+                "FLAGS (fsdp-minimal's); the old --model gpt2|encoder form is gone\n", argv[1]);
+        return 2;
+    }
+    // the subcommand's own argv: argv[1] ("train"/"minimal") takes the program's place
+    int pargc = argc - 1;
+    char **pargv = argv + 1;
+    const char *prog = train ? "fsdp-plan train" : "fsdp-plan minimal";
     fsdp_plan_input in;
     memset(&in, 0, sizeof in);
-    int model = 0, no_shm = 0;
-    in.layers = 6, in.d_model = 512, in.heads = 8, in.ffn = 2048, in.vocab = 256, in.seq = 256, in.batch = 8;
-    in.grad_accum = 1, in.world = 2, in.threads = 1;
-    cli_fsdp_options f;
-    cli_fsdp_defaults(&f);
-    cli_arg args[] = {
-        {"--model", ARG_CHOICE, &model, "gpt2 (fsdp-train) or encoder (fsdp-minimal's TransformerEncoderLayer stack)", 1, 0, "gpt2|encoder"},
-        {"--layers", ARG_INT, &in.layers, "blocks", 1, 1e6, NULL},
-        {"--d-model", ARG_INT, &in.d_model, "width", 1, 1e7, NULL},
-        {"--heads", ARG_INT, &in.heads, "attention heads", 1, 1e6, NULL},
-        {"--ffn", ARG_INT, &in.ffn, "encoder dim_feedforward (GPT-2: 4 x d_model)", 1, 1e8, NULL},
-        {"--vocab", ARG_INT, &in.vocab, "GPT-2 vocabulary", 1, 1e8, NULL},
-        {"--seq", ARG_INT, &in.seq, "sequence length", 1, 1e7, NULL},
-        {"--max-seq", ARG_INT, &in.max_seq, "GPT-2 positions (0: --seq)", 0, 1e7, NULL},
-        {"--batch", ARG_INT, &in.batch, "sequences per rank per micro-step", 1, 1e7, NULL},
-        {"--grad-accum", ARG_INT, &in.grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
-        {"--world-size", ARG_INT, &in.world, "ranks", 1, 1e7, NULL},
-        {"--threads", ARG_INT, &in.threads, "OpenMP threads per rank (fsdp-train --threads)", 1, 4096, NULL},
-        {"--strategy", ARG_CHOICE, &f.strategy, "FSDP sharding strategy", 1, 0, "full_shard|shard_grad_op|no_shard|hybrid_shard|ddp"},
-        {"--wrap", ARG_STRING, &f.wrap, "auto-wrap policy: transformer, size:N or none", 1, 0, NULL},
-        {"--shard-group-size", ARG_INT, &f.shard_group_size, "hybrid_shard group (0: the world, one node)", 0, 1e7, NULL},
-        {"--backward-prefetch", ARG_CHOICE, &f.backward_prefetch, "backward prefetch", 1, 0, "pre|post|none"},
-        {"--forward-prefetch", ARG_BOOL, &f.forward_prefetch, "forward prefetch", 1, 0, NULL},
-        {"--limit-all-gathers", ARG_INT, &f.limit_all_gathers, "units unsharded at once (0: no limit)", 0, 1e6, NULL},
-        {"--activation-checkpointing", ARG_BOOL, &f.activation_checkpointing, "activation checkpointing", 1, 0, NULL},
-        {"--mixed-precision", ARG_CHOICE, &f.mixed_precision, "param_dtype", 1, 0, "fp32|bf16"},
-        {"--reduce-dtype", ARG_CHOICE, &f.reduce_dtype, "reduce_dtype (param: follow --mixed-precision)", 1, 0, "param|fp32|bf16"},
-        {"--no-shared-memory", ARG_BOOL, &no_shm, "ranks on different nodes (no shared gradient staging)", 1, 0, NULL},
-        {"--device", ARG_STRING, &f.device, "the run's --device: cpu, or guard (state in device memory: no zero-copy shared shards or gradient staging)", 1, 0, NULL},
-    };
-    int parsed = cli_parse("fsdp-plan", "Predicts per-rank memory and communication of an fsdp.c run.", args,
-                           (int)(sizeof args / sizeof args[0]), argc, argv);
+    int world = 1, no_shm = 0, nargs = 0;
+    train_options t;
+    minimal_options m;
+    cli_arg args[(TRAIN_FLAGS_MAX > MINIMAL_FLAGS_MAX ? TRAIN_FLAGS_MAX : MINIMAL_FLAGS_MAX) + PLAN_NFLAGS];
+    nargs = train ? train_flags(&t, args) : minimal_flags(&m, args);
+    nargs = add_plan_flags(args, nargs, &world, &no_shm);
+    int parsed = cli_parse(prog, train ? TRAIN_SUMMARY : MINIMAL_SUMMARY, args, nargs, pargc, pargv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    // a --init or --resume file that records the model's shape sets it, as in the tool
+    static const cli_config_field gpt2_fields[] = {
+        {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},
+        {"n_positions", "--max-seq"}};
+    static const cli_config_field encoder_fields[] = {
+        {"num_layers", "--layers"}, {"d_model", "--d-model"}, {"nhead", "--heads"}, {"dim_feedforward", "--ffn"}};
+    cli_model_config mc = {prog, train ? "gpt2" : "transformer_encoder", train ? gpt2_fields : encoder_fields,
+                           train ? 5 : 4, args, nargs, pargc, pargv};
+    if (cli_config_from_inputs(&mc, train ? t.init_path : m.init_path, train ? &t.fsdp.ckpt : &m.fsdp.ckpt)) return 2;
+    const cli_fsdp_options *f = train ? &t.fsdp : &m.fsdp;
     fsdp_config cfg;
-    if (cli_fsdp_config("fsdp-plan", &f, &cfg)) return 2;
-    in.gpt2 = model == 0;
-    in.strategy = cfg.strategy;
-    in.shard_group = cfg.shard_group_size;
-    in.wrap = cfg.wrap == FSDP_WRAP_TRANSFORMER ? 0 : cfg.wrap == FSDP_WRAP_SIZE ? 1 : 2;
-    in.min_num_params = cfg.min_num_params;
-    in.backward_prefetch = f.backward_prefetch;
-    in.forward_prefetch = f.forward_prefetch;
-    in.limit_all_gathers = f.limit_all_gathers;
-    in.activation_checkpointing = f.activation_checkpointing;
-    in.shared_memory = !no_shm;
-    in.zero_copy = fsdp_dev_host_addressable(cfg.device);
-    in.param_bf16 = cfg.param_dtype == FSDP_BF16;
-    in.reduce_bf16 = cfg.reduce_dtype == FSDP_BF16;
-    in.bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM
+    if (fill_fsdp(prog, f, no_shm, &in, &cfg)) return 2;
+    if (train) {
+        if (train_resolve_batch(prog, &t, args, nargs, pargc, pargv, world, 1)) return 2;
+        in.gpt2 = 1;
+        in.layers = t.layers, in.d_model = t.d_model, in.heads = t.heads, in.vocab = t.vocab;
+        in.seq = t.seq, in.max_seq = t.max_seq, in.batch = t.batch, in.grad_accum = t.grad_accum;
+        in.threads = t.threads;
+        if (t.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
+    } else {
+        if (minimal_resolve_batch(prog, &m, args, nargs, pargc, pargv, world, 1)) return 2;
+        in.gpt2 = 0;
+        in.layers = m.layers, in.d_model = m.d_model, in.heads = m.heads, in.ffn = m.ffn;
+        in.seq = m.seq, in.batch = m.batch, in.grad_accum = m.grad_accum, in.threads = m.threads;
+        if (m.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
+    }
+    in.world = world;
+    if (in.threads == 0) {  // the tools' default: this machine's cores shared by the node's ranks (unbound)
+        int on_node = no_shm ? 1 : world;
+        in.threads = fsdp_threads_choose(0, fsdp_affinity_cores(), on_node, on_node).threads;
+    }
+    if (in.d_model % in.heads) {
+        fprintf(stderr, "%s: --heads %d must divide --d-model %d\n", prog, in.heads, in.d_model);
+        return 2;
+    }
     if (in.strategy == FSDP_HYBRID_SHARD && in.shard_group > 0 && in.world % in.shard_group) {
-        fprintf(stderr, "fsdp-plan: --shard-group-size %d must divide --world-size %d\n", in.shard_group, in.world);
+        fprintf(stderr, "%s: --shard-group-size %d must divide --world-size %d\n", prog, in.shard_group, in.world);
         return 2;
     }
     fsdp_plan p = fsdp_plan_compute(&in);
     double mib = 1048576.0;
-    printf("fsdp-plan: %s, %lld parameters, %d rank(s), %s, %d units%s, param %s, reduce %s\n",
-           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, fsdp_strategy_name(cfg.strategy), p.units,
-           in.activation_checkpointing ? ", activation checkpointing" : "", in.param_bf16 ? "bf16" : "fp32",
-           in.reduce_bf16 ? "bf16" : "fp32");
+    printf("fsdp-plan: %s, %lld parameters, %d rank(s) x %d thread(s), %s, %d units%s, batch %d per rank x %d "
+           "micro-steps, param %s, reduce %s\n",
+           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
+           in.activation_checkpointing ? ", activation checkpointing" : "", in.batch, in.grad_accum,
+           in.param_bf16 ? "bf16" : "fp32", in.reduce_bf16 ? "bf16" : "fp32");
     printf("per-rank peak memory (MiB):\n");
     printf("  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n",
            "parameters (shards)", p.params / mib, "gradients (shards)", p.grads / mib, "optimizer (AdamW m, v)",

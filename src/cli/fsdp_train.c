@@ -1,10 +1,10 @@
 // fsdp_train.c: the GPT trainer. Trains a GPT-2-architecture model (Hugging Face names and layouts)
 // with FSDP across MPI ranks (or as a plain process) on byte-level text, llm.c .bin token files, or a
 // built-in corpus. --batch is the per-rank micro-batch: a step sees world x grad-accum x batch
-// sequences, in the order fsdp_data_batch documents. Rank 0 prints a banner and a progress line per
-// step; --log-jsonl, --plot, --max-new-tokens, --eval-every add records, a loss curve, generated text,
-// validation. --eval-only evaluates and/or generates from --init or --resume without training
-// (train_sample.c).
+// sequences (--global-batch sets that product), in the order fsdp_data_batch documents. Rank 0 prints a
+// banner and a progress line per step; --log-jsonl, --plot, --max-new-tokens, --eval-every add records,
+// a loss curve, generated text, validation. --eval-only evaluates and/or generates from --init or
+// --resume without training (train_sample.c).
 #include <math.h>
 #include <omp.h>
 #include <pthread.h>
@@ -20,6 +20,7 @@
 #include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
+#include "cli/train_flags.h"
 #include "cli/train_log.h"
 #include "cli/train_sample.h"
 #include "comm/comm.h"
@@ -34,19 +35,6 @@
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-typedef struct {
-    int layers, d_model, heads, vocab, seq, max_seq, batch, grad_accum, steps, seed, threads, warmup;
-    int schedule, eval_every, eval_batches, collective_timeout, skip_nonfinite;
-    int eval_only;             // --eval-only: evaluate and/or generate from --init or --resume, no training
-    train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
-    cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
-    float lr, min_lr, weight_decay, dropout, clip;
-    const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
-    const char *jsonl_path, *plot_path, *trace_path, *config_path;  // config_path: --config (cli_config_argv)
-    fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
-    cli_model_config config;            // what the files written record (model_config.h)
-} train_options;
 
 // The GPT-2 configuration the files record (Hugging Face GPT2Config names), and the flags setting it.
 static const cli_config_field gpt2_fields[] = {
@@ -144,6 +132,10 @@ static int run(train_options *o, fsdp_comm *world) {
         return 2;
     if (train_sample_check("fsdp-train", &o->gen, o->vocab, c->args, c->nargs, c->argc, c->argv, R)) return 2;
     if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
+    if (train_resolve_batch("fsdp-train", o, o->config.args, o->config.nargs, o->config.argc, o->config.argv, N,
+                            R == 0)) {
+        return 2;
+    }
     if (o->eval_every > 0 && o->eval_batches == 0) {
         if (R == 0) fprintf(stderr, "fsdp-train: --eval-batches 0 with --eval-every evaluates nothing\n");
         return 2;
@@ -295,7 +287,8 @@ static int run(train_options *o, fsdp_comm *world) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
             nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, (uint64_t)step * M + m);
             double micro_loss = 0.0;
-            if (fsdp_begin_forward(fs, 1) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
+            int sync = !o->no_sync || m == M - 1;  // --no-sync: reduce-scatter only after the last micro-step
+            if (fsdp_begin_forward(fs, sync) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
                 nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK ||
                 read_loss(&ctx, &model, &micro_loss) != FSDP_OK)  // the log's value, read once per micro-step
                 goto failed;
@@ -321,7 +314,7 @@ static int run(train_options *o, fsdp_comm *world) {
             if (!o->skip_nonfinite) {
                 if (R == 0)
                     fprintf(stderr, "fsdp-train: step %d: %s is %g; stopping before the update (lower --lr, add "
-                            "--clip-grad, or pass --skip-nonfinite)\n", step, what, value);
+                            "--clip-grad-norm, or pass --skip-nonfinite)\n", step, what, value);
                 rc = 1;
                 goto done;
             }
@@ -409,57 +402,11 @@ done:
 }
 
 int main(int argc, char **argv) {
-    train_options o = {.layers = 4, .d_model = 256, .heads = 4, .vocab = 256, .seq = 128, .max_seq = 0,
-                       .batch = 8, .grad_accum = 1, .steps = 300, .seed = 0, .threads = 0, .warmup = 20,
-                       .lr = 1e-3f, .min_lr = 1e-4f, .weight_decay = 0.01f, .dropout = 0.0f, .clip = 1.0f,
-                       .eval_batches = 4, .collective_timeout = 300, .gen = {NULL, 1.0f, 0, 0}};
-    cli_fsdp_defaults(&o.fsdp);
-    cli_arg args[80] = {
-        {"--layers", ARG_INT, &o.layers, "transformer blocks", 1, 1e5, NULL},
-        {"--d-model", ARG_INT, &o.d_model, "model width", 1, 1e6, NULL},
-        {"--heads", ARG_INT, &o.heads, "attention heads (must divide d_model)", 1, 1e5, NULL},
-        {"--vocab", ARG_INT, &o.vocab, "vocabulary size (>= the data's largest token + 1; 256 for bytes)", 2, 1e7, NULL},
-        {"--seq", ARG_INT, &o.seq, "sequence length", 1, 1e6, NULL},
-        {"--max-seq", ARG_INT, &o.max_seq, "position table size (0: --seq)", 0, 1e6, NULL},
-        {"--batch", ARG_INT, &o.batch, "per-rank micro-batch (sequences)", 1, 1e6, NULL},
-        {"--grad-accum", ARG_INT, &o.grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
-        {"--steps", ARG_INT, &o.steps, "optimizer steps in total (a --resume continues up to it)", 0, 1e9, NULL},
-        {"--lr", ARG_FLOAT, &o.lr, "peak AdamW learning rate", 0, 1e3, NULL},
-        {"--lr-schedule", ARG_CHOICE, &o.schedule, "after --warmup: cosine decay to --min-lr, or constant", 1, 0, "cosine|constant"},
-        {"--min-lr", ARG_FLOAT, &o.min_lr, "final learning rate of the cosine schedule", 0, 1e3, NULL},
-        {"--warmup", ARG_INT, &o.warmup, "linear warmup steps", 0, 1e9, NULL},
-        {"--weight-decay", ARG_FLOAT, &o.weight_decay, "AdamW weight decay", 0, 1e3, NULL},
-        {"--dropout", ARG_FLOAT, &o.dropout, "embedding/residual/attention dropout", 0, 0.999, NULL},
-        {"--clip-grad", ARG_FLOAT, &o.clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
-        {"--seed", ARG_INT, &o.seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
-        {"--data", ARG_STRING, &o.data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
-        {"--val-data", ARG_STRING, &o.val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
-        {"--eval-every", ARG_INT, &o.eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
-        {"--eval-batches", ARG_INT, &o.eval_batches, "validation micro-batches per evaluation (0: none, with --eval-only)", 0, 1e6, NULL},
-        {"--eval-only", ARG_BOOL, &o.eval_only, "evaluate (and generate with --max-new-tokens) the weights of --init or --resume, then exit without training; training flags are errors with it", 1, 0, NULL},
-        {"--max-new-tokens", ARG_INT, &o.gen.max_new_tokens, "generate N tokens (bytes of a byte-level model) at the end", 0, 1e6, NULL},
-        {"--sample", ARG_INT, &o.gen.max_new_tokens, "alias of --max-new-tokens", 0, 1e6, NULL},
-        {"--prompt", ARG_STRING, &o.gen.prompt, "text whose bytes start the generated context (default: a newline)", 1, 0, NULL},
-        {"--temperature", ARG_FLOAT, &o.gen.temperature, "sampling temperature (0: greedy argmax)", 0, 1e3, NULL},
-        {"--top-k", ARG_INT, &o.gen.top_k, "sample only among the K most likely tokens (0: all)", 0, 1e7, NULL},
-        {"--input", ARG_STRING, &o.input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
-        {"--init", ARG_STRING, &o.init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
-        {"--save", ARG_STRING, &o.save_path, "write the weights here after the last step (rank 0)", 1, 0, NULL},
-        {"--dump-grads", ARG_STRING, &o.dump_grads_path, "write the first step's gradients (after clipping) here", 1, 0, NULL},
-        {"--log-jsonl", ARG_STRING, &o.jsonl_path, "write one JSON object per step here", 1, 0, NULL},
-        {"--plot", ARG_STRING, &o.plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
-        {"--trace", ARG_STRING, &o.trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
-        {"--collective-timeout", ARG_INT, &o.collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
-        {"--skip-nonfinite", ARG_BOOL, &o.skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
-        {"--threads", ARG_INT, &o.threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
-        {"--config", ARG_STRING, &o.config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
-    };
-    int nargs = 0;
-    while (args[nargs].name) nargs++;
-    nargs = cli_fsdp_add_flags(args, nargs, &o.fsdp);
+    train_options o;
+    cli_arg args[TRAIN_FLAGS_MAX];
+    int nargs = train_flags(&o, args);
     if (cli_config_argv("fsdp-train", args, nargs, &argc, &argv)) return 2;  // --config FILE, then the command line
-    int parsed = cli_parse("fsdp-train", "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun).", args,
-                           nargs, argc, argv);
+    int parsed = cli_parse("fsdp-train", TRAIN_SUMMARY, args, nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
                                   args, nargs, argc, argv};

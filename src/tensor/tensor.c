@@ -6,7 +6,8 @@
 #include <string.h>
 
 size_t fsdp_dtype_size(fsdp_dtype dt) { return dt == FSDP_F32 ? 4 : 2; }
-const char *fsdp_dtype_name(fsdp_dtype dt) { return dt == FSDP_F32 ? "f32" : "bf16"; }
+// fp32 / bf16: the tools' flag values (--mixed-precision fp32|bf16)
+const char *fsdp_dtype_name(fsdp_dtype dt) { return dt == FSDP_F32 ? "fp32" : "bf16"; }
 
 int64_t fsdp_shape_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;

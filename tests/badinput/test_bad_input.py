@@ -23,7 +23,7 @@ from fsdp_testlib import parse_args, run, st_load, st_save, tmpdir  # noqa: E402
 # Small configurations keep every run fast.
 MIN_L, MIN_D, MIN_H, MIN_FFN, MIN_SEQ, MIN_BATCH = 1, 32, 2, 64, 4, 2
 MIN_FLAGS = ["--layers", str(MIN_L), "--d-model", str(MIN_D), "--heads", str(MIN_H), "--ffn", str(MIN_FFN),
-             "--seq", str(MIN_SEQ), "--batch", str(MIN_BATCH), "--steps", "1", "--threads", "2"]
+             "--seq", str(MIN_SEQ), "--global-batch", str(MIN_BATCH), "--steps", "1", "--threads", "2"]
 TR_L, TR_D, TR_H, TR_V, TR_SEQ, TR_BATCH = 1, 32, 2, 64, 8, 2
 TR_FLAGS = ["--layers", str(TR_L), "--d-model", str(TR_D), "--heads", str(TR_H), "--vocab", str(TR_V),
             "--seq", str(TR_SEQ), "--batch", str(TR_BATCH), "--steps", "1", "--threads", "2"]

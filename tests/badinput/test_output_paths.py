@@ -17,7 +17,7 @@ TOOLS = {  # tool: (small run, {flag: "dir" | "file"})
                     "--threads", "1"],
                    {"--ckpt-dir": "dir", "--offload-dir": "dir", "--save": "file", "--dump-grads": "file",
                     "--log-jsonl": "file", "--trace": "file", "--plot": "file"}),
-    "fsdp-minimal": (["--layers", "1", "--d-model", "32", "--heads", "2", "--ffn", "64", "--seq", "4", "--batch", "2",
+    "fsdp-minimal": (["--layers", "1", "--d-model", "32", "--heads", "2", "--ffn", "64", "--seq", "4", "--global-batch", "2",
                       "--steps", "2", "--threads", "1", "--summary"],
                      {"--ckpt-dir": "dir", "--offload-dir": "dir", "--save": "file", "--dump-grads": "file",
                       "--dump-output": "file"}),

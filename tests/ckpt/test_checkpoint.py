@@ -78,7 +78,8 @@ def main():
 
     # fsdp-minimal has the same flags: save on 2 ranks, resume on 4 as shard_grad_op
     minimal = os.path.join(args.bin, "fsdp-minimal")
-    base = ["--dropout", "0", "--threads", "1", "--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64"]
+    base = ["--dropout", "0", "--threads", "1", "--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64",
+            "--global-batch", "16"]
     whole = mpirun(2, [minimal] + base + ["--steps", "6"]).stdout
     mpirun(2, [minimal] + base + ["--steps", "3", "--save-every", "3", "--ckpt-dir", f"{tmp}/min"])
     resumed = mpirun(4, [minimal] + base + ["--steps", "6", "--resume", "auto", "--ckpt-dir", f"{tmp}/min",

@@ -100,7 +100,7 @@ def main():
     chk.true("convert bf16: trainer state kept (step, seed, global batch, adam step)",
              all(bmeta.get(k) == ometa.get(k) for k in ("step", "seed", "global_batch", "adam_step")) and
              ometa.get("adam_step") == "3", f"{bmeta} vs {ometa}")
-    proc([tool, "convert", f"{tmp}/bf", f"{tmp}/bf32", "--dtype", "f32"])
+    proc([tool, "convert", f"{tmp}/bf", f"{tmp}/bf32", "--dtype", "fp32"])
     bf32, _, _ = read_ckpt(f"{tmp}/bf32")
     bad = [k for k in orig if bf32[k][0] != "F32" or not np.array_equal(bf32[k][1], bf[k][1].astype(np.uint32) << 16)]
     chk.true("convert bf16 -> f32: widened exactly", not bad, str(bad[:5]))

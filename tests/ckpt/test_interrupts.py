@@ -25,7 +25,7 @@ from fsdp_testlib import MPI_ENV, Checker, mpirun, parse_args, proc, tmpdir  # n
 TRAIN = ["--layers", "4", "--d-model", "128", "--heads", "4", "--seq", "64", "--batch", "4", "--threads", "1",
          "--lr", "3e-3", "--lr-schedule", "constant", "--warmup", "2"]
 MINIMAL = ["--layers", "4", "--d-model", "128", "--heads", "4", "--ffn", "512", "--seq", "16", "--threads", "1",
-           "--batch", "8"]
+           "--global-batch", "8"]
 # Open MPI 4.1's mpirun, signalled, sends the ranks SIGCONT at once, SIGTERM after odls_base_sigkill_timeout
 # seconds (default 1) and SIGKILL after as many again: give them time to finish the step and save.
 PATIENT = {"OMPI_MCA_odls_base_sigkill_timeout": "3"}

@@ -26,7 +26,7 @@ CONFIG = {"model_type": "gpt2", "n_layer": "2", "n_embd": "32", "n_head": "8", "
           "n_positions": "24"}
 ENC = ["--layers", "2", "--d-model", "32", "--heads", "8", "--ffn", "48", "--activation", "gelu", "--norm-first",
        "--batch-first"]
-ENC_RUN = ["--seq", "4", "--batch", "4", "--threads", "1", "--lr", "1e-3"]
+ENC_RUN = ["--seq", "4", "--global-batch", "4", "--threads", "1", "--lr", "1e-3"]
 ENC_CONFIG = {"model_type": "transformer_encoder", "num_layers": "2", "d_model": "32", "nhead": "8",
               "dim_feedforward": "48", "activation": "gelu", "norm_first": "true", "batch_first": "true"}
 

@@ -21,7 +21,7 @@ def main():
     tmp = tmpdir()
     chk = Checker("activation checkpointing")
     minimal = [os.path.join(args.bin, "fsdp-minimal"), "--layers", "6", "--d-model", "64", "--heads", "4", "--ffn",
-               "256", "--seq", "16", "--batch", "8", "--dropout", "0.1", "--steps", "3", "--summary", "--threads", "1"]
+               "256", "--seq", "16", "--global-batch", "8", "--dropout", "0.1", "--steps", "3", "--summary", "--threads", "1"]
     for n in (1, 2):
         plain = run(n, minimal + ["--save", f"{tmp}/a{n}.safetensors"])
         ac = run(n, minimal + ["--activation-checkpointing", "--save", f"{tmp}/b{n}.safetensors"])

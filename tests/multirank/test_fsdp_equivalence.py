@@ -12,7 +12,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
 from fsdp_testlib import MPI_ENV, Checker, parse_args, run, st_load, tmpdir  # noqa: E402
 # small seed-like model: 3 layers of 9,064 parameters each (not a multiple of 3 * 16: padding)
-MODEL = ["--layers", "3", "--d-model", "32", "--heads", "4", "--ffn", "72", "--seq", "4", "--batch", "12",
+MODEL = ["--layers", "3", "--d-model", "32", "--heads", "4", "--ffn", "72", "--seq", "4", "--global-batch", "12",
          "--dropout", "0", "--steps", "3", "--lr", "1e-4", "--clip-grad-norm", "1.0", "--threads", "1"]
 D_MODEL = 32
 STRATEGIES = ["full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "ddp"]

@@ -13,7 +13,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from fsdp_testlib import Checker, parse_args, parse_losses  # noqa: E402
 
 MPI = ["mpirun", "--oversubscribe"]
-MODEL = ["--layers", "1", "--d-model", "32", "--heads", "2", "--ffn", "64", "--seq", "4", "--batch", "12",
+MODEL = ["--layers", "1", "--d-model", "32", "--heads", "2", "--ffn", "64", "--seq", "4", "--global-batch", "12",
          "--steps", "2", "--summary"]
 LINE = re.compile(r"threads per rank (\d+) \(affinity (\d+) cores, (\d+) ranks on node, (\d+) sharing these cores"
                   r"(, from (--threads|OMP_NUM_THREADS))?\)")

@@ -80,7 +80,7 @@ def main():
     chk.close("bytes sent per step: bf16 / fp32 = 0.5", [sent16 / sent32], [0.5], 0.02, 0)
     # bf16 gathers, fp32 reductions: in between; the split of gathers and reductions is fsdp-plan's
     def planned(extra):
-        p = proc([os.path.join(ARGS.bin, "fsdp-plan"), "--world-size", "2", "--batch", "4"] + MODEL[:10] + extra)
+        p = proc([os.path.join(ARGS.bin, "fsdp-plan"), "train", "--world-size", "2", "--batch", "4"] + MODEL + extra)
         return float(re.search(r"bytes_sent_per_step ([0-9.]+)", p.stdout).group(1))
     expect = planned(["--mixed-precision", "bf16", "--reduce-dtype", "fp32"]) / planned([])
     chk.close(f"bytes sent per step: bf16 params, fp32 reduce / fp32 = {expect:.3f} (fsdp-plan's split)",
@@ -102,7 +102,7 @@ def main():
         as_fp32, _, _ = run(2, ["--resume", os.path.join(d, "step_00000002")], 4)  # auto: the resumed run's step 4
         chk.close("bf16 checkpoint resumes under fp32 (losses within 2%)", as_fp32, full[2:], 0.02, 0)
 
-    minimal = ["--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256", "--seq", "16", "--batch", "8",
+    minimal = ["--layers", "2", "--d-model", "64", "--heads", "4", "--ffn", "256", "--seq", "16", "--global-batch", "8",
                "--dropout", "0", "--steps", "8", "--lr", "1e-3", "--threads", "1"]
 
     def seed_run(n, extra):

@@ -1,4 +1,4 @@
-"""fsdp-plan's prediction against measured runs of fsdp-train: per-rank peak memory by category, the
+"""fsdp-plan's prediction (`fsdp-plan train` with the run's own flags) against measured runs of fsdp-train: per-rank peak memory by category, the
 total, and the bytes sent per step, within 10%, across world sizes, strategies, wrap policies,
 prefetch settings, gradient accumulation, activation checkpointing and bf16 mixed precision.
 Then the accounting against the OS on the GPT benchmark model (6 layers, d_model 512, seq 256) at 1, 2
@@ -52,7 +52,8 @@ def main():
                    ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak", None)
-        p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL + extra)
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + MODEL +
+                 ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)  # the run's flags
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
@@ -69,8 +70,8 @@ def main():
                    ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra, env=env)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak", None)
-        p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + MODEL +
-                 extra + plan_extra)
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + MODEL +
+                 ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra + plan_extra)
         predicted = numbers(p.stdout, "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
@@ -96,8 +97,8 @@ def main():
             measured = numbers(r.stdout, "memory rank 0:")
             measured["total"] = measured.pop("total_peak", None)
             os_mem = numbers(r.stdout, "os memory rank 0:")
-            p = proc([os.path.join(args.bin, "fsdp-plan"), "--world-size", str(world), "--batch", "4"] + vocab_model +
-                     extra)
+            p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + vocab_model +
+                     ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)
             predicted = numbers(p.stdout, "prediction:")
             for k in KEYS:
                 chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)

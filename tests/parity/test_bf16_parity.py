@@ -188,7 +188,7 @@ def main():
         def ours(reduce, steps, dump):
             cmd = [os.path.join(args.bin, "fsdp-train"), "--vocab", str(V), "--max-seq", str(maxT), "--layers",
                    str(L), "--d-model", str(C), "--heads", str(H), "--seq", str(T), "--batch", str(B), "--steps",
-                   str(steps), "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad", "0", "--warmup", "0",
+                   str(steps), "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad-norm", "0", "--warmup", "0",
                    "--lr-schedule", "constant", "--init", paths["init"], "--input", paths["input"],
                    "--mixed-precision", "bf16", "--reduce-dtype", reduce] + (["--dump-grads", paths["grads"]] if dump else [])
             return parse_losses(run(cmd)[1])

@@ -2,7 +2,7 @@
 norm well below the real norm, so the clip coefficient is < 1 at every step (asserted on the torch side),
 on 1, 2 and 3 ranks (the norm is summed over shards). The seed model through fsdp-minimal
 --clip-grad-norm (its log's pre-clip grad_norm against torch's, every step) and GPT-2 through fsdp-train
---clip-grad. Both dump the first step's gradients after clipping (what the optimizer sees), compared
+--clip-grad-norm. Both dump the first step's gradients after clipping (what the optimizer sees), compared
 with torch's clipped .grad; then every step's loss and every parameter after the last step."""
 import copy
 import os
@@ -85,7 +85,7 @@ def main():
         name = f"encoder, {n} rank(s)"
         g, fin = f"{tmp}/enc_grads{n}.safetensors", f"{tmp}/enc_final{n}.safetensors"
         r = mpirun(n, [os.path.join(args.bin, "fsdp-minimal"), "--layers", str(L), "--d-model", str(D), "--heads",
-                       str(H), "--ffn", str(F), "--dropout", "0", "--seq", str(S), "--batch", str(B), "--steps",
+                       str(H), "--ffn", str(F), "--dropout", "0", "--seq", str(S), "--global-batch", str(B), "--steps",
                        str(STEPS), "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad-norm", str(max_norm),
                        "--init", f"{tmp}/enc_init.safetensors", "--input", f"{tmp}/enc_x.safetensors",
                        "--dump-grads", g, "--save", fin, "--threads", "1"])
@@ -94,7 +94,7 @@ def main():
         chk.close(f"[{name}] pre-clip gradient norm of every step", ours_norms, norms, 1e-5, 0)
         compare(chk, name, st_load(g), grads, st_load(fin), final, "in_proj_bias", D)
 
-    # GPT-2 through fsdp-train --clip-grad, one fixed global batch of 6 sequences split over the ranks
+    # GPT-2 through fsdp-train --clip-grad-norm, one fixed global batch of 6 sequences split over the ranks
     V, maxT, L, C, H, T, B = 96, 16, 2, 64, 4, 16, 6
     model = GPT2(V, maxT, L, C, H)
     init = {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -111,7 +111,7 @@ def main():
         g, fin = f"{tmp}/gpt_grads{n}.safetensors", f"{tmp}/gpt_final{n}.safetensors"
         r = mpirun(n, [os.path.join(args.bin, "fsdp-train"), "--vocab", str(V), "--max-seq", str(maxT), "--layers",
                        str(L), "--d-model", str(C), "--heads", str(H), "--seq", str(T), "--batch", str(B // n),
-                       "--steps", str(STEPS), "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad",
+                       "--steps", str(STEPS), "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad-norm",
                        str(max_norm), "--warmup", "0", "--lr-schedule", "constant", "--init",
                        f"{tmp}/gpt_init.safetensors", "--input", f"{tmp}/gpt_input.safetensors", "--dump-grads", g,
                        "--save", fin, "--threads", "1"])

@@ -63,7 +63,7 @@ def main():
         st_save(paths["init"], init)
         st_save(paths["input"], {"x": x})
         cmd = [os.path.join(args.bin, "fsdp-minimal"), "--layers", str(layers), "--d-model", str(d), "--heads",
-               str(h), "--ffn", str(ffn), "--dropout", "0", "--seq", str(seq), "--batch", str(batch), "--steps",
+               str(h), "--ffn", str(ffn), "--dropout", "0", "--seq", str(seq), "--global-batch", str(batch), "--steps",
                str(STEPS), "--lr", str(LR), "--weight-decay", str(WD), "--init", paths["init"], "--input",
                paths["input"], "--dump-grads", paths["grads"], "--dump-output", paths["out"], "--save",
                paths["final"], "--activation", act]

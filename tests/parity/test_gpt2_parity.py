@@ -123,7 +123,7 @@ def main():
         st_save(paths["input"], {"idx": idx, "targets": targets})
         cmd = [os.path.join(args.bin, "fsdp-train"), "--vocab", str(V), "--max-seq", str(maxT), "--layers", str(L),
                "--d-model", str(C), "--heads", str(H), "--seq", str(T), "--batch", str(B), "--steps", str(STEPS),
-               "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad", "0", "--warmup", "0",
+               "--lr", str(LR), "--weight-decay", str(WD), "--clip-grad-norm", "0", "--warmup", "0",
                "--lr-schedule", "constant", "--init", paths["init"], "--input", paths["input"],
                "--dump-grads", paths["grads"], "--save", paths["final"]]
         _, stdout, _ = run(cmd)

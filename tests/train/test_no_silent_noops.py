@@ -25,7 +25,7 @@ from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, tmpdir
 TRAIN_MODEL = ["--layers", "1", "--d-model", "32", "--heads", "2", "--seq", "16", "--batch", "2", "--threads", "1",
                "--warmup", "0", "--lr-schedule", "constant", "--lr", "3e-3"]
 MINIMAL_MODEL = ["--dropout", "0", "--threads", "1", "--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64",
-                 "--batch", "4"]
+                 "--global-batch", "4"]
 
 
 def checkpoints(d):

@@ -100,7 +100,7 @@ def main():
         opt.step()
         ref.append(loss.item())
     r = mpirun(1, train, ["--init", os.path.join(tmp, "init.safetensors"), "--heads", str(H), "--seq", str(T),
-                          "--batch", str(B), "--steps", str(steps), "--lr", "1e-3", "--clip-grad", "0", "--warmup", "0",
+                          "--batch", str(B), "--steps", str(steps), "--lr", "1e-3", "--clip-grad-norm", "0", "--warmup", "0",
                           "--lr-schedule", "constant", "--data", binpath, "--threads", "1"])
     chk.close("PyTorch parity through --init and a .bin file: losses", losses_of(r.stdout), ref, 1e-5, 0)
 

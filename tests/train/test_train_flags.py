@@ -23,7 +23,7 @@ from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, run, st_load
 from test_gpt2_parity import GPT2  # noqa: E402
 
 V, MAXT, L, C, H = 90, 16, 2, 48, 4  # the --init model of the eval and sample checks
-EXACT = ["--clip-grad", "0", "--warmup", "0", "--lr-schedule", "constant", "--threads", "1"]
+EXACT = ["--clip-grad-norm", "0", "--warmup", "0", "--lr-schedule", "constant", "--threads", "1"]
 
 
 def write_bin(path, tokens):

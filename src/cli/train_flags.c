@@ -1,0 +1,66 @@
+// train_flags.c: fsdp-train's defaults and flags (train_flags.h).
+#include "cli/train_flags.h"
+
+#include <string.h>
+
+int train_flags(train_options *o, cli_arg *args) {
+    memset(o, 0, sizeof *o);
+    o->layers = 4, o->d_model = 256, o->heads = 4, o->vocab = 256, o->seq = 128, o->max_seq = 0;
+    o->batch = 8, o->grad_accum = 1, o->steps = 300, o->seed = 0, o->threads = 0, o->warmup = 20;
+    o->lr = 1e-3f, o->min_lr = 1e-4f, o->weight_decay = 0.01f, o->dropout = 0.0f, o->clip = 1.0f;
+    o->eval_batches = 4, o->collective_timeout = 300;
+    o->gen = (train_sample_options){NULL, 1.0f, 0, 0};
+    cli_fsdp_defaults(&o->fsdp);
+    const cli_arg own[] = {
+        {"--layers", ARG_INT, &o->layers, "transformer blocks", 1, 1e5, NULL},
+        {"--d-model", ARG_INT, &o->d_model, "model width", 1, 1e6, NULL},
+        {"--heads", ARG_INT, &o->heads, "attention heads (must divide d_model)", 1, 1e5, NULL},
+        {"--vocab", ARG_INT, &o->vocab, "vocabulary size (>= the data's largest token + 1; 256 for bytes)", 2, 1e7, NULL},
+        {"--seq", ARG_INT, &o->seq, "sequence length", 1, 1e6, NULL},
+        {"--max-seq", ARG_INT, &o->max_seq, "position table size (0: --seq)", 0, 1e6, NULL},
+        {"--batch", ARG_INT, &o->batch, "per-rank micro-batch (sequences); a step sees world x --grad-accum x --batch", 1, 1e6, NULL},
+        {"--global-batch", ARG_INT, &o->global_batch, "sequences per optimizer step over all ranks: sets --batch to N / (world x --grad-accum), which must divide it; not with --batch (0: use --batch)", 0, 1e9, NULL},
+        {"--grad-accum", ARG_INT, &o->grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
+        {"--no-sync", ARG_BOOL, &o->no_sync, "accumulate unsharded gradients locally and reduce once per step (no_sync on all but the last micro-step)", 1, 0, NULL},
+        {"--steps", ARG_INT, &o->steps, "optimizer steps in total (a --resume continues up to it)", 0, 1e9, NULL},
+        {"--lr", ARG_FLOAT, &o->lr, "peak AdamW learning rate", 0, 1e3, NULL},
+        {"--lr-schedule", ARG_CHOICE, &o->schedule, "after --warmup: cosine decay to --min-lr, or constant", 1, 0, "cosine|constant"},
+        {"--min-lr", ARG_FLOAT, &o->min_lr, "final learning rate of the cosine schedule", 0, 1e3, NULL},
+        {"--warmup", ARG_INT, &o->warmup, "linear warmup steps", 0, 1e9, NULL},
+        {"--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay", 0, 1e3, NULL},
+        {"--dropout", ARG_FLOAT, &o->dropout, "embedding/residual/attention dropout", 0, 0.999, NULL},
+        {"--clip-grad-norm", ARG_FLOAT, &o->clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
+        {"--seed", ARG_INT, &o->seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
+        {"--data", ARG_STRING, &o->data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
+        {"--val-data", ARG_STRING, &o->val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
+        {"--eval-every", ARG_INT, &o->eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
+        {"--eval-batches", ARG_INT, &o->eval_batches, "validation micro-batches per evaluation (0: none, with --eval-only)", 0, 1e6, NULL},
+        {"--eval-only", ARG_BOOL, &o->eval_only, "evaluate (and generate with --max-new-tokens) the weights of --init or --resume, then exit without training; training flags are errors with it", 1, 0, NULL},
+        {"--max-new-tokens", ARG_INT, &o->gen.max_new_tokens, "generate N tokens (bytes of a byte-level model) at the end", 0, 1e6, NULL},
+        {"--sample", ARG_INT, &o->gen.max_new_tokens, "alias of --max-new-tokens", 0, 1e6, NULL},
+        {"--prompt", ARG_STRING, &o->gen.prompt, "text whose bytes start the generated context (default: a newline)", 1, 0, NULL},
+        {"--temperature", ARG_FLOAT, &o->gen.temperature, "sampling temperature (0: greedy argmax)", 0, 1e3, NULL},
+        {"--top-k", ARG_INT, &o->gen.top_k, "sample only among the K most likely tokens (0: all)", 0, 1e7, NULL},
+        {"--input", ARG_STRING, &o->input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
+        {"--init", ARG_STRING, &o->init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
+        {"--save", ARG_STRING, &o->save_path, "write the weights here after the last step (rank 0, which prints what it wrote)", 1, 0, NULL},
+        {"--dump-grads", ARG_STRING, &o->dump_grads_path, "write the first step's gradients (after clipping) here", 1, 0, NULL},
+        {"--log-jsonl", ARG_STRING, &o->jsonl_path, "write one JSON object per step here (the first record is the resolved configuration; a resumed run appends)", 1, 0, NULL},
+        {"--plot", ARG_STRING, &o->plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
+        {"--trace", ARG_STRING, &o->trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
+        {"--collective-timeout", ARG_INT, &o->collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
+        {"--skip-nonfinite", ARG_BOOL, &o->skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
+        {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
+        {"--config", ARG_STRING, &o->config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
+    };
+    int n = (int)(sizeof own / sizeof *own);
+    _Static_assert(sizeof own / sizeof *own + CLI_FSDP_NFLAGS <= TRAIN_FLAGS_MAX, "TRAIN_FLAGS_MAX too small");
+    for (int i = 0; i < n; i++) args[i] = own[i];
+    return cli_fsdp_add_flags(args, n, &o->fsdp);
+}
+
+int train_resolve_batch(const char *prog, train_options *o, const cli_arg *args, int nargs, int argc, char **argv,
+                        int world, int print) {
+    return cli_batch_resolve(prog, print, cli_given(args, nargs, argc, argv, "--batch"), &o->batch, &o->global_batch,
+                             o->grad_accum, world);
+}
