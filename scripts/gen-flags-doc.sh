@@ -13,6 +13,8 @@ TOOLS='fsdp-run
 fsdp-train
 fsdp-minimal
 fsdp-plan
+fsdp-plan train
+fsdp-plan minimal
 fsdp-ckpt
 fsdp-ckpt info
 fsdp-ckpt verify

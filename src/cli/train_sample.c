@@ -88,7 +88,7 @@ int train_sample_check(const char *prog, const train_sample_options *so, int voc
 }
 
 const char *const train_eval_only_refused[] = {
-    "--steps", "--lr", "--min-lr", "--warmup", "--lr-schedule", "--weight-decay", "--clip-grad", "--clip-grad-norm",
+    "--steps", "--lr", "--min-lr", "--warmup", "--lr-schedule", "--weight-decay", "--clip-grad-norm",
     "--dropout", "--eval-every", "--save", "--save-every", "--keep-last", "--ckpt-type", "--dump-grads", "--input",
     "--log-jsonl", "--plot", "--skip-nonfinite", NULL};
 

@@ -23,6 +23,7 @@ TOOLS = [line.split() for line in re.search(r"^TOOLS='(.*?)'", open(SCRIPT).read
 
 # Flags of other programs that the documents may name: flag -> whose
 ALLOWED = {
+    "--clip-grad": "the misspelling README shows being refused (did you mean --clip-grad-norm?)",
     # Open MPI's mpirun
     "--allow-run-as-root": "mpirun", "--oversubscribe": "mpirun", "--bind-to": "mpirun", "--map-by": "mpirun",
     "--mca": "mpirun", "--report-bindings": "mpirun", "--hostfile": "mpirun", "--host": "mpirun",
