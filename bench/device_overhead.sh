@@ -9,7 +9,8 @@
 # 512, seq 256, batch 8; as bench/run.sh) in fp32 and bf16 on 1 process x 2 threads and on 2 ranks x 1
 # thread, and the seed model (fsdp-minimal defaults) on 2 ranks. Ratio = after / before of tokens/s (GPT)
 # or before / after of ms per step (seed): above 0.97 is within the 3% rule. The losses both builds
-# print must be the same bits; a row says "DIFFERENT LOSSES" otherwise.
+# print must be the same bits; a row says "DIFFERENT LOSSES" otherwise. BENCH_ONLY=PREFIX runs only
+# the rows whose configuration starts with PREFIX (e.g. "seed", "gpt bf16").
 set -uo pipefail
 BEFORE=${1:?usage: bench/device_overhead.sh BEFORE_BIN AFTER_BIN [ROUNDS]}
 AFTER=${2:?usage: bench/device_overhead.sh BEFORE_BIN AFTER_BIN [ROUNDS]}
@@ -18,7 +19,8 @@ STEPS=${BENCH_GPT_STEPS:-6}
 SEED_STEPS=${BENCH_SEED_STEPS:-60}
 MPIRUN=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun --bind-to core -np 2)
 TMP=$(mktemp -d)
-trap 'rm -rf "$TMP"' EXIT
+[ -n "${BENCH_KEEP:-}" ] && echo "logs: $TMP"
+[ -n "${BENCH_KEEP:-}" ] || trap 'rm -rf "$TMP"' EXIT
 GPT=(--layers 6 --d-model 512 --heads 8 --vocab 256 --seq 256 --batch 8 --steps "$STEPS")
 
 # run LOG CMD...: the command's output in LOG; 1 if it failed
@@ -31,6 +33,7 @@ echo "before: $BEFORE"
 echo "after:  $AFTER"
 printf '%-34s %14s %14s %8s %s\n' configuration before after ratio losses
 for cfg in "gpt fp32 1x2" "gpt bf16 1x2" "gpt fp32 2x1" "gpt bf16 2x1" "seed fp32 2x1"; do
+  [[ $cfg == ${BENCH_ONLY:-}* ]] || continue  # BENCH_ONLY="seed" runs the rows starting with it
   set -- $cfg
   model=$1 prec=$2 shape=$3
   best_b=0 best_a=0 same=yes
@@ -48,7 +51,10 @@ for cfg in "gpt fp32 1x2" "gpt bf16 1x2" "gpt fp32 2x1" "gpt bf16 2x1" "seed fp3
         losses "$TMP/$side.jsonl" > "$TMP/$side-l.txt" 2>/dev/null
       else
         s=$(date +%s.%N)
-        run "$log" env OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$bin/fsdp-minimal" --global-batch 16 --steps "$SEED_STEPS" --threads 1
+        batch=(--global-batch 16)  # builds from before --global-batch took --batch as the global batch
+        help=$("$bin/fsdp-minimal" --help 2>&1)
+        [[ $help == *--global-batch* ]] || batch=(--batch 16)
+        run "$log" env OMP_NUM_THREADS=1 "${MPIRUN[@]}" "$bin/fsdp-minimal" "${batch[@]}" --steps "$SEED_STEPS" --threads 1
         v=$(awk -v a="$s" -v b="$(date +%s.%N)" -v n="$SEED_STEPS" 'BEGIN{printf "%.3f", (b - a) * 1000 / n}')
         losses "$log" > "$TMP/$side-l.txt"
       fi
