@@ -221,12 +221,13 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         }
         int stop = 0;  // SIGINT/SIGTERM: every rank stops after this step, saves, exits 130
         if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
+        if (stop && R == 0)  // said before the save: mpirun may stop forwarding output once the ranks exit
+            cli_ckpt_say_interrupted("fsdp-minimal", step,
+                                     o->fsdp.ckpt.dir ? "saving a checkpoint (--resume auto continues)" : "");
         if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop) &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->global_batch, R) != FSDP_OK)
             goto failed;
         if (stop) {
-            if (R == 0) fprintf(stderr, "fsdp-minimal: interrupted after step %d%s\n", step,
-                                o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)" : "");
             rc = 130;
             goto done;
         }

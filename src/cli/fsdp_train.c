@@ -345,13 +345,15 @@ static int run(train_options *o, fsdp_comm *world) {
         int stop = 0;  // every rank stops after the same step
         if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
         int64_t global_batch = (int64_t)N * M * B;
+        if (stop > 0 && R == 0)  // said before the save: mpirun may stop forwarding output once the ranks exit
+            cli_ckpt_say_interrupted("fsdp-train", step,
+                                     o->fsdp.ckpt.dir ? "saving a checkpoint (--resume auto continues)"
+                                     : o->save_path   ? "saving the weights"
+                                                      : "");
         if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop > 0) &&
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
             goto failed;
         if (stop > 0) {
-            if (R == 0) fprintf(stderr, "fsdp-train: interrupted after step %d%s\n", step,
-                                o->fsdp.ckpt.dir ? "; checkpoint saved (--resume auto continues)"
-                                            : o->save_path ? "; saving the weights" : "");
             if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
             rc = 130;
             goto done;

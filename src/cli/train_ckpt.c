@@ -168,3 +168,16 @@ fsdp_status cli_ckpt_stop_requested(fsdp_comm *world, int *stop) {
     *stop = any > 0;
     return FSDP_OK;
 }
+
+void cli_ckpt_say_interrupted(const char *prog, int step, const char *detail) {
+    char line[512];
+    int n = snprintf(line, sizeof line, "%s: interrupted after step %d%s%s\n", prog, step, detail[0] ? "; " : "",
+                     detail);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof line ? (size_t)n : sizeof line - 1, done = 0;
+    fflush(stderr);
+    while (done < len) {
+        ssize_t w = write(STDERR_FILENO, line + done, len - done);
+        if (w > 0) done += (size_t)w;
+        else if (w < 0 && errno != EINTR) break;
+    }
+}

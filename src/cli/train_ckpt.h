@@ -50,3 +50,7 @@ int cli_ckpt_due(const cli_ckpt_options *o, int steps_done, int steps, int stopp
 void cli_ckpt_catch_signals(void);
 // Collective, once per step: *stop = whether any rank has been signalled, so all stop after the same step.
 fsdp_status cli_ckpt_stop_requested(fsdp_comm *world, int *stop);
+// Rank 0's one line "PROG: interrupted after step N[; DETAIL]" on stderr, written with write(2) and
+// retried on EINTR (the signals are caught without SA_RESTART, and mpirun may signal the ranks again
+// while they shut down: a stdio write interrupted then would lose the line).
+void cli_ckpt_say_interrupted(const char *prog, int step, const char *detail);
