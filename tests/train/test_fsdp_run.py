@@ -47,7 +47,7 @@ def main():
     r = fsdp_run(args.bin, ["-n", "2", "fsdp-train", "--no-such-flag"], expect_ok=False)
     lines = [x for x in r.stderr.splitlines() if x.strip()]
     chk.true("a bad flag: exit 2, the tool's one-line error exactly once, nothing else on stderr",
-             r.returncode == 2 and lines == ["fsdp-train: unknown flag '--no-such-flag' (see --help)"],
+             r.returncode == 2 and lines == ["fsdp-train: unknown flag --no-such-flag (see --help)"],
              f"rc {r.returncode}: {r.stderr[-1500:]}")
     chk.true("a bad flag: no Open MPI box (dashes, 'Primary job', 'mpirun detected')",
              "-----" not in r.stderr and "Primary job" not in r.stderr and "mpirun detected" not in r.stderr,
