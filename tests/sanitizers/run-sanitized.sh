@@ -10,7 +10,8 @@
 # - halt_on_error, and -fno-sanitize-recover=all at build time: the first finding stops the process,
 #   with exit status 66, which fsdp_testlib.run() never takes for an expected failure.
 # - A run whose only reports are LeakSanitizer's tracer crashing (it stops the world with ptrace at
-#   exit, and under load it sometimes faults itself) is run once more; any other report fails at once.
+#   exit and sometimes faults itself) is run once more, and if it crashes again, a third time without
+#   the leak check (ASan and UBSan still on, and it says so); any other report fails at once.
 # - fast_unwind_on_malloc=0: Open MPI is built without frame pointers, so only the slow unwinder sees
 #   the Open MPI frames that the suppressions in SUPPRESSIONS (lsan.supp) name.
 set -u
@@ -25,7 +26,7 @@ export LSAN_OPTIONS="suppressions=$supp:print_suppressions=0${LSAN_OPTIONS:+:$LS
 # has encountered a fatal error", which says nothing about the program and comes and goes with timing)
 run_once() {
     reports=$(mktemp -d "${TMPDIR:-/tmp}/fsdp-sanitizer.XXXXXX") || exit 1
-    export ASAN_OPTIONS="$common_asan:log_path=$reports/report"
+    export ASAN_OPTIONS="$common_asan:log_path=$reports/report$extra_asan"
     export UBSAN_OPTIONS="$common_ubsan:log_path=$reports/report"
     export FSDP_SANITIZER_REPORTS="$reports"  # UBSan's reports (ubsan_report.c): it ignores log_path
     "$@"
@@ -45,9 +46,17 @@ run_once() {
     done
     rm -rf "$reports"
 }
+extra_asan=
 run_once "$@"
 if [ "$found" = 1 ] && [ "$tracer_only" = 1 ]; then
     echo "NOTE: LeakSanitizer's tracer crashed (no finding about the program): running the test once more" >&2
+    run_once "$@"
+fi
+if [ "$found" = 1 ] && [ "$tracer_only" = 1 ]; then
+    # twice in a row (it does so in test_checkpoint's 4-rank resume of fsdp-train; an open problem): the
+    # test runs a third time with ASan and UBSan but without the leak check, which is all that is lost
+    echo "NOTE: LeakSanitizer's tracer crashed again: running the test without the leak check (ASan, UBSan on)" >&2
+    extra_asan=":detect_leaks=0"
     run_once "$@"
 fi
 if [ "$found" = 1 ]; then
