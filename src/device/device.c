@@ -59,6 +59,19 @@ void dev_stream_retire_all(fsdp_stream *s) {
     while (s->n_pending) retire_oldest(s);
 }
 
+void dev_progress(fsdp_dev *d, const fsdp_stream *except) {
+    for (int i = 0; i < FSDP_STREAM_COUNT; i++) {
+        fsdp_stream *s = &d->streams[i];
+        if (s == except) continue;
+        for (int k = 0; k < s->n_pending; k++) {  // oldest first, up to the first one still running
+            int done = 0;
+            fsdp_status st = fsdp_comm_test(s->pending[(s->head + k) % DEV_MAX_PENDING].req, &done);
+            note_error(s, st);
+            if (st != FSDP_OK || !done) break;
+        }
+    }
+}
+
 fsdp_status dev_stream_complete(fsdp_stream *s, uint64_t tag) {
     while (s->n_pending && s->pending[s->head].tag <= tag) retire_oldest(s);
     return take_error(s);
@@ -106,8 +119,23 @@ static int parse_kind(const char *name, fsdp_device_kind *kind) {
     return 1;
 }
 
+// FSDP_COMM_PROGRESS: "poll" (the default: an MPI_Test between kernels moves the collectives in flight)
+// or "none" (they move only when waited for; for measuring what the polls buy). *on: the setting.
+static fsdp_status progress_setting(int *on) {
+    const char *v = getenv("FSDP_COMM_PROGRESS");
+    *on = 1;
+    if (!v || !*v || strcasecmp(v, "poll") == 0) return FSDP_OK;
+    if (strcasecmp(v, "none") == 0) {
+        *on = 0;
+        return FSDP_OK;
+    }
+    return fsdp_error(FSDP_ERR_INVALID_ARG, "FSDP_COMM_PROGRESS=%s: expected poll or none", v);
+}
+
 fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
     *out = NULL;
+    int progress;
+    FSDP_CHECK(progress_setting(&progress));
     if (!name || !*name) name = getenv("FSDP_DEVICE");
     if (!name || !*name) name = "cpu";
     fsdp_device_kind kind;
@@ -116,6 +144,7 @@ fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
     fsdp_dev *d = calloc(1, sizeof *d);
     if (!d) return fsdp_error(FSDP_ERR_NOMEM, "out of memory opening device %s", name);
     d->kind = kind;
+    d->progress = progress;
     for (int i = 0; i < FSDP_STREAM_COUNT; i++) {
         d->streams[i].dev = d;
         d->streams[i].id = (fsdp_stream_id)i;

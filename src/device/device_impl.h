@@ -82,6 +82,7 @@ struct fsdp_dev {
     dev_deferred deferred[DEV_MAX_DEFERRED];  // (n_deferred,)
     int n_deferred;
     dev_guard guard;  // FSDP_DEVICE_GUARD only
+    int progress;     // poll collectives in flight between kernels (FSDP_COMM_PROGRESS, default on)
 };
 
 // device.c: the stream bookkeeping.
@@ -92,6 +93,11 @@ fsdp_status dev_stream_order(fsdp_stream *s, const void *rd, size_t rd_bytes, co
 void dev_stream_retire_all(fsdp_stream *s);
 // Completes through tag `tag` and returns the first failure (also one noted earlier).
 fsdp_status dev_stream_complete(fsdp_stream *s, uint64_t tag);
+// Progress for the collectives in flight on d's streams other than `except` (MPI moves no data in the
+// background here): MPI_Test on each, oldest first, up to the first one still running. Completed ones
+// stay queued (their stream retires them in order); a failure is noted for that stream's next status.
+// The kernel wrappers call it before every kernel when d->progress is on.
+void dev_progress(fsdp_dev *d, const fsdp_stream *except);
 // Keeps a started request in flight on s (completes it at once when it already is).
 fsdp_status dev_stream_push(fsdp_stream *s, fsdp_comm_request *req, const void *rd, size_t rd_bytes,
                             const void *wr, size_t wr_bytes);

@@ -87,6 +87,7 @@ static const fsdp_kernels *base_f32, *base_bf16;  // fsdp_kernels_cpu(), fsdp_ke
 
 static inline void kernel_begin(fsdp_stream *st) {
     if (st->n_pending) dev_stream_retire_all(st);  // in-order: after the stream's collectives
+    else if (st->dev->progress) dev_progress(st->dev, st);  // the other streams' collectives move meanwhile
     if (st->dev->kind == FSDP_DEVICE_GUARD) dev_guard_enter(st->dev);
 }
 

@@ -556,6 +556,43 @@ static void test_collectives(fsdp_comm *w, const char *name) {
     fsdp_dev_close(d);
 }
 
+// Progress between kernels (cpu device over plain MPI): an all-reduce in flight on the comm stream
+// completes while the compute stream runs kernels, with no wait and no event query, when
+// FSDP_COMM_PROGRESS is poll (the default); with none it is still unfinished after as many kernels.
+// Completion shows in the group's statistics (a collective is counted when it is found complete).
+static void test_progress(fsdp_comm *w, const char *progress) {
+    if (fsdp_comm_size(w) < 2 || strcmp(fsdp_comm_backend(w), "mpi") != 0) return;
+    setenv("FSDP_COMM_PROGRESS", progress, 1);
+    fsdp_dev *d = open_dev("cpu");
+    unsetenv("FSDP_COMM_PROGRESS");
+    int poll = strcmp(progress, "poll") == 0;
+    fsdp_stream *cs = fsdp_dev_stream(d, FSDP_STREAM_COMPUTE), *ms = fsdp_dev_stream(d, FSDP_STREAM_COMM);
+    size_t n = 1 << 20;
+    float *buf = fsdp_dev_alloc(d, sizeof(float) * n, FSDP_MEM_COMM);  // (n,) all-reduced on the comm stream
+    float *x = fsdp_dev_alloc(d, sizeof(float) * 64, FSDP_MEM_ACTIVATIONS);  // (64,) the kernels' operand
+    CHECK(fsdp_dev_memset(ms, buf, 0, sizeof(float) * n) == FSDP_OK);
+    CHECK(fsdp_dev_memset(cs, x, 0, sizeof(float) * 64) == FSDP_OK);
+    CHECK(fsdp_barrier(w) == FSDP_OK);
+    size_t calls = fsdp_comm_get_stats(w).calls;
+    CHECK(fsdp_dev_all_reduce(ms, w, buf, n, FSDP_F32, FSDP_SUM) == FSDP_OK);
+    const fsdp_kernels *k = fsdp_dev_kernels(d, 0);
+    int kernels = 0;
+    for (; kernels < 4000 && fsdp_comm_get_stats(w).calls == calls; kernels++) {
+        k->scale(cs, x, 1.0f, 64);  // compute-stream work: the polls run before each kernel
+        usleep(250);                // the peer gets a CPU to progress its side
+    }
+    if (poll && fsdp_comm_get_stats(w).calls == calls)
+        fprintf(stderr, "progress: the all-reduce did not complete during %d kernels with polls on\n", kernels);
+    CHECK(fsdp_comm_get_stats(w).calls != calls || !poll);
+    if (!poll) CHECK(fsdp_comm_get_stats(w).calls == calls);  // nothing tested it: still counted as running
+    CHECK(fsdp_stream_synchronize(ms) == FSDP_OK);
+    CHECK(fsdp_comm_get_stats(w).calls == calls + 1);
+    CHECK(fsdp_barrier(w) == FSDP_OK);
+    fsdp_dev_free(d, buf);
+    fsdp_dev_free(d, x);
+    fsdp_dev_close(d);
+}
+
 int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) {
@@ -579,6 +616,8 @@ int main(int argc, char **argv) {
         test_registered();
     }
     for (int i = 0; i < 2; i++) test_collectives(world, device_names[i]);
+    test_progress(world, "poll");
+    test_progress(world, "none");
     int failures = test_failures;
     fsdp_comm_free(world);
     if (failures) {
