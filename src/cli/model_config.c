@@ -55,8 +55,14 @@ int cli_config_from_inputs(const cli_model_config *c, const char *init_path, con
     if (init_path && cli_config_from_file(c, init_path)) return -1;
     char dir[4096], path[4200];
     int found = 0;
-    // (a --resume that names nothing loadable is reported where the checkpoint is loaded, as before)
-    if (cli_ckpt_resume_dir(ckpt, dir, sizeof dir, &found) != FSDP_OK || !found) return 0;
+    // --resume DIR that is missing or not a directory: refused now, before any model is built; auto, and
+    // a directory with nothing loadable, are reported where the checkpoint is loaded
+    if (cli_ckpt_resume_dir(ckpt, dir, sizeof dir, &found) != FSDP_OK) {
+        if (strcmp(ckpt->resume, "auto") == 0) return 0;
+        fprintf(stderr, "%s: %s\n", c->prog, fsdp_last_error());
+        return -1;
+    }
+    if (!found) return 0;
     cli_ckpt_config_file(dir, path, sizeof path);
     return access(path, F_OK) == 0 ? cli_config_from_file(c, path) : 0;  // (missing: the load reports it)
 }

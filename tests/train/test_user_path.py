@@ -88,8 +88,10 @@ def check_resume_errors(chk, train, ckpt_tool, tmp):
     r = proc([train] + MODEL + ["--steps", "2", "--resume", f"{tmp}/no_such_dir"], expect_ok=False)
     lines = [x for x in r.stderr.splitlines() if x.startswith("fsdp-train:")]
     chk.true("--resume of a missing directory: one line 'no such directory', not DONE",
-             r.returncode != 0 and len(lines) == 1 and "no such directory" in lines[0] and "no_such_dir" in lines[0]
+             r.returncode == 2 and len(lines) == 1 and "no such directory" in lines[0] and "no_such_dir" in lines[0]
              and "DONE" not in r.stderr and "step " not in r.stdout, f"rc {r.returncode}: {r.stderr[-600:]}")
+    chk.true("--resume of a missing directory: refused before the model is built (no banner)",
+             "memory per rank" not in r.stdout and "config:" not in r.stdout, r.stdout[-400:])
 
     ck = f"{tmp}/parent"
     proc([train] + MODEL + ["--steps", "4", "--save-every", "2", "--ckpt-dir", ck])
