@@ -36,6 +36,7 @@ static void print_help(const char *prog, const char *summary, const cli_arg *arg
                a->type == ARG_CHOICE ? "" : "");
         if (a->type == ARG_CHOICE) printf("      one of: %s\n", a->choices);
     }
+    printf("\nA switch (a flag without a value) is turned off again with --no-NAME, e.g. after a --config file.\n");
 }
 
 static int choice_index(const char *choices, const char *value) {
@@ -94,6 +95,15 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
         cli_arg *a = NULL;
         for (int k = 0; k < nargs; k++)
             if (strcmp(args[k].name, flag) == 0) a = &args[k];
+        // --no-X turns a switch --X off (as argparse's BooleanOptionalAction): what a --config file
+        // switched on can be switched off again on the command line
+        if (!a && strncmp(flag, "--no-", 5) == 0)
+            for (int k = 0; k < nargs; k++)
+                if (args[k].type == ARG_BOOL && strncmp(args[k].name, "--", 2) == 0 && strcmp(args[k].name + 2, flag + 5) == 0) {
+                    *(int *)args[k].target = 0;
+                    a = &args[k];
+                }
+        if (a && a->type == ARG_BOOL && strcmp(a->name, flag) != 0) continue;  // the --no- form, done
         if (!a) {
             const char *near = closest_flag(flag, args, nargs);
             if (near) fprintf(stderr, "%s: unknown flag %s (did you mean %s?)\n", prog, flag, near);

@@ -8,6 +8,7 @@
 - --resume DIR that does not exist: one line "no such directory" (no "DONE"); --resume given the parent
   --ckpt-dir picks its newest complete checkpoint (an incomplete newer one skipped) and continues bitwise.
 - fsdp-ckpt SUBCOMMAND --help prints that subcommand's usage and exits 0.
+- --config FILE: a switch the file sets is turned off by --no-NAME on the command line
 - --config FILE: the flags as a file ("name value", "name = value", "--name value", comments); the
   command line overrides it; the run equals, bitwise, the same flags typed on the command line. The
   resolved configuration is printed at start ("config: ... --steps 3 ..."), is the JSONL's first record
@@ -157,6 +158,16 @@ def check_config(chk, train, minimal, tmp):
     chk.true("fsdp-minimal --config: printed with --summary, recorded in the checkpoint",
              any(x.startswith("  config:") and " --ffn 32 " in x for x in r.stdout.splitlines())
              and meta.get("setting.config") == f"{tmp}/minimal.cfg", f"{r.stdout[:800]} {str(meta)[:300]}")
+    # a switch the file turns on, turned off again on the command line (--no-NAME)
+    with open(f"{tmp}/switch.cfg", "w") as f:
+        f.write(open(cfg).read() + "forward-prefetch\n")
+    on = [x for x in proc([train, "--config", f"{tmp}/switch.cfg", "--steps", "1"]).stdout.splitlines()
+          if x.startswith("  config:")]
+    off = [x for x in proc([train, "--config", f"{tmp}/switch.cfg", "--steps", "1", "--no-forward-prefetch"]).stdout
+           .splitlines() if x.startswith("  config:")]
+    chk.true("--config sets a switch; --no-forward-prefetch on the command line turns it off again",
+             len(on) == 1 and " --forward-prefetch" in on[0] and len(off) == 1 and " --forward-prefetch" not in off[0],
+             f"{on} {off}")
     r = proc([train, "--config", f"{tmp}/missing.cfg"], expect_ok=False)
     chk.true("--config of a missing file: exit 2, one line naming it",
              r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "missing.cfg" in r.stderr, r.stderr)
