@@ -352,6 +352,7 @@ fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t 
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || count > fsdp_comm_max_count())
         return fsdp_all_gather(c, send, recv, count, dt);  // runs to completion (split: piece by piece)
+    FSDP_CHECK(check_sequence(c, 1, count));  // as the blocking forms do (FSDP_DEBUG=DETAIL): across nodes
     size_t esize = fsdp_dtype_size(dt);
     (*req)->bytes = count * esize * (size_t)(c->size - 1);
     return comm_mpi_iallgather(send, recv, count, esize, mpi_type(dt), c->mpi, c->rank, &(*req)->mpi);
@@ -362,6 +363,7 @@ fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, siz
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
         return fsdp_reduce_scatter(c, send, recv, count, dt, op);  // runs to completion
+    FSDP_CHECK(check_sequence(c, 2, count));
     (*req)->bytes = count * sizeof(float) * (size_t)(c->size - 1);
     if (op == FSDP_AVG) {
         (*req)->scale_buf = recv;
@@ -375,6 +377,7 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
         return fsdp_all_reduce(c, buf, count, dt, op);  // runs to completion
+    FSDP_CHECK(check_sequence(c, 3, count));
     (*req)->bytes = all_reduce_bytes(c, count, dt);  // as the blocking form accounts it
     if (op == FSDP_AVG) {
         (*req)->scale_buf = buf;
