@@ -237,10 +237,14 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
                start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
                (double)o->seq * o->global_batch * (o->steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0);
-    if (o->fsdp.summary && R == 0)  // this rank's memory after training, by category (bytes)
-        printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu\n",
+    double shard_sent = 0.0, replica_sent = 0.0, run_steps = o->steps - start_step > 0 ? o->steps - start_step : 1;
+    fsdp_comm_bytes_by_group(fs, &shard_sent, &replica_sent);
+    if (o->fsdp.summary && R == 0)  // this rank's memory after training, by category (bytes), and bytes sent
+        printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
+               "bytes_sent_per_step %.0f shard_group_bytes_per_step %.0f replica_group_bytes_per_step %.0f\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
-               fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS));
+               fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS),
+               fsdp_comm_bytes_sent(fs) / run_steps, shard_sent / run_steps, replica_sent / run_steps);
     if (o->save_path && cli_save_weights("fsdp-minimal", fs, o->save_path, R) != FSDP_OK) goto failed;
     goto done;
 failed:

@@ -369,13 +369,18 @@ static int run(train_options *o, fsdp_comm *world) {
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
                (double)os.peak_rss / 1048576.0, (double)os.data_pss / 1048576.0);
     if (R == 0) fsdp_trace_report(stdout, N);
+    double shard_sent = 0.0, replica_sent = 0.0;
+    fsdp_comm_bytes_by_group(fs, &shard_sent, &replica_sent);
+    double run_steps = o->steps - start_step > 0 ? o->steps - start_step : 1;
     if (o->fsdp.summary && R == 0)  // measured, to hold against fsdp-plan's prediction (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
-               "communication %zu workspace %zu total_peak %zu bytes_sent_per_step %.0f offloaded %zu\n",
+               "communication %zu workspace %zu total_peak %zu bytes_sent_per_step %.0f offloaded %zu "
+               "shard_group_bytes_per_step %.0f replica_group_bytes_per_step %.0f\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS), fsdp_mem_peak(FSDP_MEM_COMM),
                fsdp_mem_peak(FSDP_MEM_WORKSPACE), fsdp_mem_peak_total(),
-               fsdp_comm_bytes_sent(fs) / (o->steps - start_step > 0 ? o->steps - start_step : 1), fsdp_offload_bytes());
+               fsdp_comm_bytes_sent(fs) / run_steps, fsdp_offload_bytes(), shard_sent / run_steps,
+               replica_sent / run_steps);
     if (o->fsdp.summary && R == 0)  // what the OS says, by kind (fsdp_os_memory)
         printf("os memory rank 0: peak_rss %zu rss %zu anon %zu shmem %zu file %zu pss_anon %zu pss_shmem %zu "
                "pss_file %zu data_pss %zu\n",

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "comm/comm_impl.h"
 #include "core/alloc.h"
@@ -145,6 +146,16 @@ static void leave(void) { current_since = 0.0; }
 
 void fsdp_comm_set_sequence_check(fsdp_comm *c, int on) { c->check_sequence = on; }
 
+const char *fsdp_comm_host(fsdp_comm *c) {
+    if (!c->host[0]) {
+        int len = 0;
+        if (c->backend != COMM_MPI || MPI_Get_processor_name(c->host, &len) != MPI_SUCCESS || len <= 0)
+            if (gethostname(c->host, sizeof c->host) != 0) snprintf(c->host, sizeof c->host, "?");
+        c->host[sizeof c->host - 1] = 0;
+    }
+    return c->host;
+}
+
 // Compares (call number, kind, count, elements per MPI call) across the group; kind: 1 all-gather,
 // 2 reduce-scatter, 3 all-reduce, 4 broadcast. 64-bit throughout: counts above INT_MAX compare exactly.
 static fsdp_status check_sequence(fsdp_comm *c, int kind, size_t count) {
@@ -160,13 +171,15 @@ static fsdp_status check_sequence(fsdp_comm *c, int kind, size_t count) {
     }
     static const char *kinds[] = {"?", "all_gather", "reduce_scatter", "all_reduce", "broadcast"};
     if (v[0] != -v[1] || v[2] != -v[3] || v[4] != -v[5])
-        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: rank %d's call #%" PRId64 " is %s of %zu elements, but "
-                          "the group's calls differ (kinds %s..%s, counts %" PRId64 "..%" PRId64 ")", c->rank, call,
+        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: rank %d (host %s)'s call #%" PRId64 " is %s of %zu "
+                          "elements, but the group's calls differ (kinds %s..%s, counts %" PRId64 "..%" PRId64 ")",
+                          c->rank, fsdp_comm_host(c), call,
                           kinds[kind], count, kinds[-v[3] > 0 && -v[3] < 5 ? -v[3] : 0],
                           kinds[v[2] > 0 && v[2] < 5 ? v[2] : 0], -v[5], v[4]);
     if (v[6] != -v[7])  // the ranks would split collectives into different MPI calls
-        return fsdp_error(FSDP_ERR_COMM, "collective mismatch: the group's elements per MPI call differ (%" PRId64
-                          "..%" PRId64 "; FSDP_COMM_MAX_COUNT or fsdp_comm_set_max_count)", -v[7], v[6]);
+        return fsdp_error(FSDP_ERR_COMM, "collective mismatch at rank %d (host %s): the group's elements per MPI "
+                          "call differ (%" PRId64 "..%" PRId64 "; FSDP_COMM_MAX_COUNT or fsdp_comm_set_max_count)",
+                          c->rank, fsdp_comm_host(c), -v[7], v[6]);
     return FSDP_OK;
 }
 
@@ -339,6 +352,7 @@ fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t 
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || count > fsdp_comm_max_count())
         return fsdp_all_gather(c, send, recv, count, dt);  // runs to completion (split: piece by piece)
+    FSDP_CHECK(check_sequence(c, 1, count));  // as the blocking forms do (FSDP_DEBUG=DETAIL): across nodes
     size_t esize = fsdp_dtype_size(dt);
     (*req)->bytes = count * esize * (size_t)(c->size - 1);
     return comm_mpi_iallgather(send, recv, count, esize, mpi_type(dt), c->mpi, c->rank, &(*req)->mpi);
@@ -349,6 +363,7 @@ fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, siz
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
         return fsdp_reduce_scatter(c, send, recv, count, dt, op);  // runs to completion
+    FSDP_CHECK(check_sequence(c, 2, count));
     (*req)->bytes = count * sizeof(float) * (size_t)(c->size - 1);
     if (op == FSDP_AVG) {
         (*req)->scale_buf = recv;
@@ -362,6 +377,7 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
         return fsdp_all_reduce(c, buf, count, dt, op);  // runs to completion
+    FSDP_CHECK(check_sequence(c, 3, count));
     (*req)->bytes = all_reduce_bytes(c, count, dt);  // as the blocking form accounts it
     if (op == FSDP_AVG) {
         (*req)->scale_buf = buf;

@@ -80,6 +80,8 @@ void fsdp_comm_free_shared(fsdp_comm *c, void *ptr);  // collective
 // compare (call number, kind, element count) with one small all-reduce; a mismatch (ranks running
 // different collective sequences) fails that collective on every rank with a message naming the call.
 void fsdp_comm_set_sequence_check(fsdp_comm *c, int on);
+// This process's host name (MPI_Get_processor_name; gethostname for the local backend), cached in c.
+const char *fsdp_comm_host(fsdp_comm *c);
 // The collective this process is blocked in: its name and when it started (0 when none). For a
 // watchdog thread; reads are racy by design but never crash.
 void fsdp_comm_current(const char **name, double *since);

@@ -27,6 +27,7 @@ struct fsdp_comm {
     int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count, elements per MPI call) across ranks first
     int64_t calls_issued;  // collectives issued on this group (the sequence number)
     fsdp_comm_stats stats;
+    char host[MPI_MAX_PROCESSOR_NAME];  // this process's host (MPI_Get_processor_name), cached on first use
 };
 
 typedef struct shm_region {

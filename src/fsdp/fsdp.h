@@ -161,6 +161,11 @@ double fsdp_exposed_comm_seconds(const fsdp_state *s);
 // Bytes this rank has sent in collectives (all of the engine's groups) since wrap.
 double fsdp_comm_bytes_sent(const fsdp_state *s);
 fsdp_comm *fsdp_world_comm(const fsdp_state *s);
+// HYBRID_SHARD: the group of ranks holding the same shard (one per shard group); NULL otherwise.
+fsdp_comm *fsdp_replica_comm(const fsdp_state *s);
+// fsdp_comm_bytes_sent split by group: *shard (the shard group's collectives, and the world's where it
+// is another group) and *replica (HYBRID_SHARD's cross-group all-reduces, else 0); they sum to it.
+void fsdp_comm_bytes_by_group(const fsdp_state *s, double *shard, double *replica);
 
 // use_orig_params: iterate named parameters with this rank's piece of each.
 typedef struct {

@@ -71,6 +71,7 @@ struct fsdp_state {
     fsdp_comm *shard_comm;    // ranks that split a unit's flat parameter (world, or the hybrid group)
     fsdp_comm *replica_comm;  // HYBRID_SHARD: ranks holding the same shard (NULL otherwise)
     int owns_shard_comm;
+    char groups_line[320];    // the layout of the groups over nodes, for fsdp_print_summary ("" on one process)
     int replicated;           // NO_SHARD and DDP: every rank holds everything
     int n_units;
     fsdp_unit *units;         // (n_units,) block units in block order, root last

@@ -10,6 +10,7 @@ void fsdp_print_summary(const fsdp_state *s, FILE *f) {
             fsdp_strategy_name(s->cfg.strategy), fsdp_comm_size(s->world), G,
             s->replica_comm ? " (replicated across groups)" : "", s->n_units, fsdp_comm_backend(s->world),
             fsdp_dev_name(s->dev));
+    if (s->groups_line[0]) fprintf(f, "%s\n", s->groups_line);
     fprintf(f, "mixed precision: param_dtype %s, reduce_dtype %s, master shards and optimizer fp32, compute %s%s%s\n",
             fsdp_dtype_name(s->cfg.param_dtype), fsdp_dtype_name(s->cfg.reduce_dtype),
             fsdp_dev_kernels(s->dev, s->cfg.param_dtype == FSDP_BF16)->name, s->cfg.param_dtype == FSDP_BF16 ? " with the GEMM on " : "",

@@ -25,11 +25,63 @@ static int wrap_block(const fsdp_config *cfg, const fsdp_model_desc *m, int b, i
     return 0;
 }
 
+// Ranks of c whose node holds no other rank of c (sizes of c's per-node pieces, summed over c): with
+// count 1 for the node's first rank, the number of nodes c spans; *whole: whether every rank of c
+// shares a node with all of c. Uncounted collectives (no statistics, no sequence number).
+static fsdp_status group_nodes(fsdp_comm *c, int *nodes, int *whole) {
+    fsdp_comm *node = NULL;
+    FSDP_CHECK(fsdp_comm_split_node(c, &node));
+    double v[2] = {fsdp_comm_rank(node) == 0, fsdp_comm_size(node) != fsdp_comm_size(c)};
+    fsdp_comm_free(node);
+    FSDP_CHECK(fsdp_all_reduce_double(c, &v[0]));
+    FSDP_CHECK(fsdp_all_reduce_double(c, &v[1]));
+    *nodes = (int)(v[0] + 0.5);
+    *whole = v[1] < 0.5;
+    return FSDP_OK;
+}
+
+// One line for the summary: how the groups lie over the nodes (hosts), e.g. "groups: world 4 ranks on
+// 2 nodes; shard group of 2 ranks per node (node h0), replica group of 2 across nodes". Collective.
+static fsdp_status describe_groups(fsdp_state *s) {
+    int N = fsdp_comm_size(s->world);
+    if (N == 1) return FSDP_OK;
+    int nodes = 0, whole = 0, n = 0;
+    FSDP_CHECK(group_nodes(s->world, &nodes, &whole));
+    char *b = s->groups_line;
+    size_t cap = sizeof s->groups_line;
+    n = snprintf(b, cap, "groups: world %d ranks on %d node%s (rank 0 on %s); ", N, nodes, nodes == 1 ? "" : "s",
+                 fsdp_comm_host(s->world));
+    if (!s->replica_comm) {
+        snprintf(b + n, cap - (size_t)n, "%s", s->replicated ? "every rank holds everything (one group: the world)"
+                                                              : "one shard group: the world");
+        return FSDP_OK;
+    }
+    int snodes = 0, swhole = 0, rnodes = 0, rwhole = 0;
+    FSDP_CHECK(group_nodes(s->shard_comm, &snodes, &swhole));
+    FSDP_CHECK(group_nodes(s->replica_comm, &rnodes, &rwhole));
+    // across nodes: every replica group's ranks on as many nodes as it has ranks (none shares a node);
+    // reduced over the world, since rank 0 prints: 0 when any group differs
+    double across = rnodes == fsdp_comm_size(s->replica_comm), inside = swhole;
+    FSDP_CHECK(fsdp_all_reduce_double(s->world, &across));
+    FSDP_CHECK(fsdp_all_reduce_double(s->world, &inside));
+    int K = fsdp_comm_size(s->shard_comm), M = fsdp_comm_size(s->replica_comm);
+    if (inside > N - 0.5)
+        n += snprintf(b + n, cap - (size_t)n, "shard group of %d ranks within one node (node %s)", K,
+                      fsdp_comm_host(s->shard_comm));
+    else
+        n += snprintf(b + n, cap - (size_t)n, "shard group of %d ranks spanning nodes", K);
+    if (across > N - 0.5)
+        snprintf(b + n, cap - (size_t)n, ", replica group of %d across nodes", M);
+    else
+        snprintf(b + n, cap - (size_t)n, ", replica group of %d sharing nodes", M);
+    return FSDP_OK;
+}
+
 static fsdp_status make_groups(fsdp_state *s) {
     int N = fsdp_comm_size(s->world), R = fsdp_comm_rank(s->world);
     if (s->cfg.strategy != FSDP_HYBRID_SHARD) {
         s->shard_comm = s->world;
-        return FSDP_OK;
+        return describe_groups(s);
     }
     int K = s->cfg.shard_group_size;
     if (K <= 0) {
@@ -42,7 +94,8 @@ static fsdp_status make_groups(fsdp_state *s) {
         return fsdp_error(FSDP_ERR_INVALID_ARG, "--shard-group-size %d must divide the world size %d", K, N);
     FSDP_CHECK(fsdp_comm_split(s->world, R / K, R, &s->shard_comm));
     s->owns_shard_comm = 1;
-    return fsdp_comm_split(s->world, R % K, R, &s->replica_comm);
+    FSDP_CHECK(fsdp_comm_split(s->world, R % K, R, &s->replica_comm));
+    return describe_groups(s);
 }
 
 // Lays out one unit over the given parameters and allocates this rank's shard.
@@ -299,6 +352,13 @@ void fsdp_free_state(fsdp_state *s) {
 int fsdp_unit_count(const fsdp_state *s) { return s->n_units; }
 fsdp_comm *fsdp_shard_comm(const fsdp_state *s) { return s->shard_comm; }
 fsdp_comm *fsdp_world_comm(const fsdp_state *s) { return s->world; }
+fsdp_comm *fsdp_replica_comm(const fsdp_state *s) { return s->replica_comm; }
+
+void fsdp_comm_bytes_by_group(const fsdp_state *s, double *shard, double *replica) {
+    *shard = (double)fsdp_comm_get_stats(s->shard_comm).bytes_sent;
+    if (s->shard_comm != s->world) *shard += (double)fsdp_comm_get_stats(s->world).bytes_sent;
+    *replica = s->replica_comm ? (double)fsdp_comm_get_stats(s->replica_comm).bytes_sent : 0.0;
+}
 
 double fsdp_comm_bytes_sent(const fsdp_state *s) {
     double b = (double)fsdp_comm_get_stats(s->world).bytes_sent;

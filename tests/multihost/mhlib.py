@@ -68,14 +68,41 @@ class Bed:
         per = ranks_per_host if isinstance(ranks_per_host, list) else [ranks_per_host] * self.hosts
         return ",".join(f"10.77.0.{i + 1}:{n}" for i, n in enumerate(per) if n > 0)
 
-    def mpirun(self, ranks_per_host, cmd, expect_ok=True, env=None, timeout=600, mpi_args=()):
-        """proc() of `mpirun -np N --host ... cmd` from host 0: ranks fill host 0 first, then host 1, ...
-        (rank r on host r // ranks_per_host). env's variables are set and forwarded to every rank."""
+    def mpirun_args(self, ranks_per_host, cmd, env=None, mpi_args=()):
+        """(argv, environment additions) of the mpirun that mpirun() runs, for a caller that starts it
+        itself (subprocess.Popen, e.g. to act on the job while it runs)."""
         per = ranks_per_host if isinstance(ranks_per_host, list) else [ranks_per_host] * self.hosts
         xs = [x for k in ["OMP_NUM_THREADS"] + list(env or {}) for x in ("-x", k)]
         full = [MHBED, "mpirun", self.name, "--host", self.host_arg(per), "-np", str(sum(per)),
                 "--map-by", "slot"] + xs + list(mpi_args) + list(cmd)
-        return proc(full, expect_ok=expect_ok, env={**MPI_ENV, **(env or {})}, timeout=timeout)
+        return full, {**MPI_ENV, **(env or {})}
+
+    def mpirun(self, ranks_per_host, cmd, expect_ok=True, env=None, timeout=600, mpi_args=()):
+        """proc() of `mpirun -np N --host ... cmd` from host 0: ranks fill host 0 first, then host 1, ...
+        (rank r on host r // ranks_per_host). env's variables are set and forwarded to every rank."""
+        full, full_env = self.mpirun_args(ranks_per_host, cmd, env=env, mpi_args=mpi_args)
+        return proc(full, expect_ok=expect_ok, env=full_env, timeout=timeout)
+
+    def link_tx_bytes(self, host):
+        """Bytes host has sent on its link so far (eth0's tx_bytes counter inside its namespace: every
+        frame, headers included; traffic between ranks of one host never reaches it)."""
+        r = self.exec(host, ["cat", "/sys/class/net/eth0/statistics/tx_bytes"])
+        return int(r.stdout.strip())
+
+    def pids(self, host, prefix="fsdp-"):
+        """Processes in host's namespace whose command name starts with prefix (our binaries by default),
+        as {pid: name}. The machine's PID namespace is shared: processes are told apart by network namespace."""
+        r = subprocess.run(["ip", "netns", "pids", f"fsdpmh-{self.name}-h{host}"], capture_output=True, text=True)
+        out = {}
+        for tok in r.stdout.split():
+            try:
+                with open(f"/proc/{tok}/comm") as f:
+                    name = f.read().strip()
+            except OSError:  # gone meanwhile
+                continue
+            if name.startswith(prefix):
+                out[int(tok)] = name
+        return out
 
     def exec(self, host, cmd, expect_ok=True, env=None, timeout=600):
         """proc() of cmd inside one host (its namespace and hostname)."""
