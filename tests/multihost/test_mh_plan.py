@@ -7,6 +7,10 @@ run of the same flags, so (tx(6 steps) - tx(1 step)) / 5 is the traffic of one s
 Cases: FULL_SHARD, HYBRID_SHARD (the shard group is a host: only the replica all-reduce crosses),
 DDP and bf16 mixed precision (FULL_SHARD and HYBRID_SHARD).
 
+Also rank 0's memory by category and bytes sent as fsdp-train --summary accounts them, within 10% as
+in tests/multirank/test_plan.py: groups spanning hosts have no shared memory (no gradient staging, the
+bf16 scratch of plain MPI collectives), groups inside a host do.
+
 Tolerance: 15% on the busiest host's NIC. The wire carries more than the payload: Ethernet, IP and
 TCP headers (66 bytes per segment of up to 1448 payload bytes at MTU 1500: 4.6%), ACKs for the
 traffic the host receives, Open MPI's fragment headers, and the per-step scalar all-reduces (loss,
@@ -37,6 +41,8 @@ CASES = [
     ["--mixed-precision", "bf16"],
     ["--strategy", "hybrid_shard", "--mixed-precision", "bf16"],
 ]
+MEMORY_KEYS = ["parameters", "gradients", "optimizer", "unsharded_peak", "activations_peak", "communication",
+               "total", "bytes_sent_per_step"]
 STEPS = (1, 6)
 TOL = 0.15
 
@@ -61,7 +67,9 @@ def main():
             sent = {}
             for steps in STEPS:
                 before = [tx_bytes(bed, h) for h in range(2)]
-                bed.mpirun(2, [train] + MODEL + ["--steps", str(steps)] + extra, env={"OMP_NUM_THREADS": "1"})
+                summary = ["--summary"] if steps == STEPS[-1] else []
+                r = bed.mpirun(2, [train] + MODEL + ["--steps", str(steps)] + summary + extra,
+                               env={"OMP_NUM_THREADS": "1"})
                 sent[steps] = [tx_bytes(bed, h) - before[h] for h in range(2)]
             per_step = [(sent[STEPS[1]][h] - sent[STEPS[0]][h]) / (STEPS[1] - STEPS[0]) for h in range(2)]
             p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", "4", "--ranks-per-host", "2"] +
@@ -71,6 +79,12 @@ def main():
             print(f"{label}: measured per step host 0 {per_step[0]:.0f} B, host 1 {per_step[1]:.0f} B; predicted "
                   f"{want} B per host NIC ({pred.get('hosts')} hosts x {pred.get('ranks_per_host')})")
             chk.close(f"{label}: busiest host's NIC bytes per step", [want], [max(per_step)], TOL, 0)
+            # rank 0's memory and bytes as fsdp-train accounts them: the shard group in shared memory
+            # only where it lies in one host (as tests/multirank/test_plan.py checks on one host)
+            measured = numbers(r.stdout, "memory rank 0:")
+            measured["total"] = measured.pop("total_peak", None)
+            for k in MEMORY_KEYS:
+                chk.close(f"{label}: rank 0's {k}", [pred.get(k)], [measured.get(k)], 0.10, 64)
             for h in range(2):
                 chk.count += 1
                 if want is None or per_step[h] > want * (1 + TOL):
