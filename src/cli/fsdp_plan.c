@@ -2,7 +2,8 @@
 // anything runs (fsdp/plan.h has the model; tests hold it to measured runs).
 //   fsdp-plan train FLAGS...    fsdp-train's flags (train_flags.c: the same names, defaults and help)
 //   fsdp-plan minimal FLAGS...  fsdp-minimal's flags (minimal_flags.c)
-// plus the planner's own: --world-size, --no-shared-memory (--device is a tool flag).
+// plus the planner's own: --world-size, --no-shared-memory, --ranks-per-host, --intra-host-gbps,
+// --inter-host-gbps (--device is a tool flag).
 #include <stdio.h>
 #include <string.h>
 
@@ -15,18 +16,32 @@
 #include "fsdp/plan.h"
 #include "kernels/kernels.h"
 
-#define PLAN_NFLAGS 2
+#define PLAN_NFLAGS 5
 
 // The planner's own flags, appended to the tool's table at args[n..n + PLAN_NFLAGS).
-static int add_plan_flags(cli_arg *args, int n, int *world, int *no_shm) {
-    args[n] = (cli_arg){"--world-size", ARG_INT, world, "fsdp-plan: the ranks the run starts (mpirun -np)", 1, 1e7, NULL};
-    args[n + 1] = (cli_arg){"--no-shared-memory", ARG_BOOL, no_shm,
-                            "fsdp-plan: ranks on different nodes (no shared gradient staging)", 1, 0, NULL};
+typedef struct {
+    int world, no_shm, ranks_per_host;
+    float intra_gbps, inter_gbps;
+} plan_flags;
+
+static int add_plan_flags(cli_arg *args, int n, plan_flags *pf) {
+    args[n] = (cli_arg){"--world-size", ARG_INT, &pf->world, "fsdp-plan: the ranks the run starts (mpirun -np)", 1, 1e7, NULL};
+    args[n + 1] = (cli_arg){"--no-shared-memory", ARG_BOOL, &pf->no_shm,
+                            "fsdp-plan: every rank on its own host (no shared memory; as --ranks-per-host 1)", 1, 0, NULL};
+    args[n + 2] = (cli_arg){"--ranks-per-host", ARG_INT, &pf->ranks_per_host,
+                            "fsdp-plan: ranks on each host, rank r on host r / N (0: all on one host); shared memory "
+                            "only inside a host, HYBRID_SHARD's default shard group is a host", 0, 1e7, NULL};
+    args[n + 3] = (cli_arg){"--intra-host-gbps", ARG_FLOAT, &pf->intra_gbps,
+                            "fsdp-plan: GB/s (1e9 bytes/s) one rank sends to ranks on its own host", 0.001, 1e6, NULL};
+    args[n + 4] = (cli_arg){"--inter-host-gbps", ARG_FLOAT, &pf->inter_gbps,
+                            "fsdp-plan: GB/s one host's NIC sends to other hosts (12.5: 100 Gb/s, 50: 400 Gb/s)",
+                            0.001, 1e6, NULL};
     return n + PLAN_NFLAGS;
 }
 
 static int usage(FILE *out) {
-    fprintf(out, "usage: fsdp-plan train FLAGS...    (fsdp-train's flags, plus --world-size N, --no-shared-memory)\n"
+    fprintf(out, "usage: fsdp-plan train FLAGS...    (fsdp-train's flags, plus --world-size N, --no-shared-memory,\n"
+                 "                                    --ranks-per-host N, --intra-host-gbps X, --inter-host-gbps Y)\n"
                  "       fsdp-plan minimal FLAGS...  (fsdp-minimal's flags, plus the same)\n"
                  "Predicts per-rank memory and communication of the run those flags start; "
                  "`fsdp-plan train --help` lists them.\n");
@@ -67,12 +82,13 @@ int main(int argc, char **argv) {
     const char *prog = train ? "fsdp-plan train" : "fsdp-plan minimal";
     fsdp_plan_input in;
     memset(&in, 0, sizeof in);
-    int world = 1, no_shm = 0, nargs = 0;
+    plan_flags pf = {1, 0, 0, 20.0f, 12.5f};
+    int nargs = 0;
     train_options t;
     minimal_options m;
     cli_arg args[(TRAIN_FLAGS_MAX > MINIMAL_FLAGS_MAX ? TRAIN_FLAGS_MAX : MINIMAL_FLAGS_MAX) + PLAN_NFLAGS];
     nargs = train ? train_flags(&t, args) : minimal_flags(&m, args);
-    nargs = add_plan_flags(args, nargs, &world, &no_shm);
+    nargs = add_plan_flags(args, nargs, &pf);
     int parsed = cli_parse(prog, train ? TRAIN_SUMMARY : MINIMAL_SUMMARY, args, nargs, pargc, pargv);
     if (parsed) return parsed > 0 ? 0 : 2;
     // a --init or --resume file that records the model's shape sets it, as in the tool
@@ -86,6 +102,12 @@ int main(int argc, char **argv) {
     if (cli_config_from_inputs(&mc, train ? t.init_path : m.init_path, train ? &t.fsdp.ckpt : &m.fsdp.ckpt)) return 2;
     const cli_fsdp_options *f = train ? &t.fsdp : &m.fsdp;
     fsdp_config cfg;
+    if (pf.no_shm && pf.ranks_per_host > 1) {
+        fprintf(stderr, "%s: --no-shared-memory is one rank per host: drop it or --ranks-per-host %d\n", prog,
+                pf.ranks_per_host);
+        return 2;
+    }
+    int world = pf.world, no_shm = pf.no_shm;
     if (fill_fsdp(prog, f, no_shm, &in, &cfg)) return 2;
     if (train) {
         if (train_resolve_batch(prog, &t, args, nargs, pargc, pargv, world, 1)) return 2;
@@ -102,8 +124,15 @@ int main(int argc, char **argv) {
         if (m.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     }
     in.world = world;
+    int per_host = no_shm ? 1 : pf.ranks_per_host > 0 && pf.ranks_per_host < world ? pf.ranks_per_host : world;
+    if (world % per_host) {
+        fprintf(stderr, "%s: --ranks-per-host %d must divide --world-size %d\n", prog, per_host, world);
+        return 2;
+    }
+    in.ranks_per_host = per_host;
+    in.intra_host_gbps = pf.intra_gbps, in.inter_host_gbps = pf.inter_gbps;
     if (in.threads == 0) {  // the tools' default: this machine's cores shared by the node's ranks (unbound)
-        int on_node = no_shm ? 1 : world;
+        int on_node = per_host;
         in.threads = fsdp_threads_choose(0, fsdp_affinity_cores(), on_node, on_node).threads;
     }
     if (in.d_model % in.heads) {
@@ -128,9 +157,19 @@ int main(int argc, char **argv) {
            "communication buffers", p.communication / mib);
     printf("  %-28s %10.1f\n  %-28s %10.1f\n", "GEMM workspace", p.workspace / mib, "total", p.total / mib);
     printf("sent per optimizer step per rank: %.1f MiB\n", p.bytes_sent / mib);
+    printf("hosts: %d x %d rank(s); per optimizer step:\n", p.hosts, per_host);
+    printf("  %-36s %12.1f MiB  (%g GB/s: %.4f s)\n", "intra-host, sent by one rank", p.intra_host_bytes / mib,
+           pf.intra_gbps, p.intra_host_bytes / (pf.intra_gbps * 1e9));
+    printf("  %-36s %12.1f MiB  (%g GB/s: %.4f s)\n", "inter-host, sent by one host's NIC", p.inter_host_bytes / mib,
+           pf.inter_gbps, p.inter_host_bytes / (pf.inter_gbps * 1e9));
+    printf("communication time per step >= %.4f s: a lower bound, the busier link class at full bandwidth (bytes / "
+           "bandwidth), with no latency, no congestion, and the link classes (and compute) overlapping perfectly; "
+           "collectives modelled as pairwise (each rank sends each peer its share directly)\n",
+           p.comm_seconds);
     printf("prediction: parameters %.0f gradients %.0f optimizer %.0f unsharded_peak %.0f activations_peak %.0f "
-           "communication %.0f workspace %.0f total %.0f bytes_sent_per_step %.0f\n",
+           "communication %.0f workspace %.0f total %.0f bytes_sent_per_step %.0f hosts %d ranks_per_host %d "
+           "intra_host_bytes_per_step %.0f inter_host_bytes_per_step %.0f comm_seconds_lower_bound %.6f\n",
            p.params, p.grads, p.optimizer, p.unsharded, p.activations, p.communication, p.workspace, p.total,
-           p.bytes_sent);
+           p.bytes_sent, p.hosts, per_host, p.intra_host_bytes, p.inter_host_bytes, p.comm_seconds);
     return 0;
 }

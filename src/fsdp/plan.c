@@ -76,7 +76,11 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t root = in->gpt2 ? V * C + maxT * C + 2 * C : 0;
     p.numel = L * block + root;
     int replicated = in->strategy == FSDP_NO_SHARD || in->strategy == FSDP_DDP;
-    int G = replicated ? 1 : (in->strategy == FSDP_HYBRID_SHARD && in->shard_group > 0 ? in->shard_group : in->world);
+    int world = in->world > 0 ? in->world : 1;
+    int P = !in->shared_memory ? 1 : in->ranks_per_host > 0 && in->ranks_per_host < world ? in->ranks_per_host : world;
+    p.hosts = (world + P - 1) / P;
+    int G = replicated ? 1 : (in->strategy == FSDP_HYBRID_SHARD ? (in->shard_group > 0 ? in->shard_group : P) : world);
+    if (G > world) G = world;
     int wrapped = in->wrap == 0 || (in->wrap == 1 && block >= in->min_num_params);
     int64_t n_block_units = wrapped ? L : 0;
     int64_t root_numel = root + (wrapped ? 0 : L * block);
@@ -90,7 +94,11 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t max_shard = n_block_units ? block_padded / G : 0;
     if (root_padded / G > max_shard) max_shard = root_padded / G;
     p.communication = 4.0 * (max_shard ? max_shard : 1);
-    int zero_copy = in->shared_memory && in->zero_copy;
+    // which groups use shared memory: those whose ranks all lie on one host (comm_shm_setup), for
+    // rank 0: its shard group [0, G) and its replica group {0, G, 2G, ..} (HYBRID_SHARD), or the world
+    int shm_world = in->shared_memory && p.hosts == 1;
+    int shm_shard = in->shared_memory && G > 1 && G <= P;
+    int zero_copy = shm_shard && in->zero_copy;
     int shared_shards = !replicated && zero_copy && G > 1;  // a one-rank shard group has no shared memory
     if (in->param_bf16 && shared_shards) p.communication += 2.0 * local;  // each unit's bf16 send copy
     // Collectives whose operands are not in shared memory go through the group's window (comm_shm.c):
@@ -99,28 +107,26 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double ge = in->reduce_bf16 ? 2.0 : 4.0;
     int64_t max_unit = n_block_units ? block_padded : 0;
     if (root_padded > max_unit) max_unit = root_padded;
-    int R = replicated ? 1 : in->world / G;
+    int R = replicated ? 1 : world / G;
+    int shm_replica = in->shared_memory && R > 1 && p.hosts == 1;
     double window = 0.0, bf16_gather = 0.0;
-    if (replicated && in->world > 1) {  // each unit's gradients, all-reduced over the world
-        window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
-        bf16_gather = max2(bf16_gather, 2.0 * in->world * max_unit);
+    if (replicated && world > 1) {  // each unit's gradients, all-reduced over the world
+        if (shm_world) window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
+        else if (in->reduce_bf16) bf16_gather = max2(bf16_gather, 2.0 * world * max_unit);
     }
     if (!replicated && G > 1 && zero_copy) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
         if (root_padded) window += 2.0 * round_up((int64_t)(ge * root_padded), 64);
-        bf16_gather = max2(bf16_gather, 2.0 * max_unit);
-    }
-    if (!replicated && G > 1 && !zero_copy) {  // every unit's reduce-scatter and all-gather goes through the window
+    } else if (!replicated && G > 1 && shm_shard) {  // every unit's reduce-scatter and all-gather goes through the window
         double pe = in->param_bf16 ? 2.0 : 4.0;
-        window = max2(window, 2.0 * round_up((int64_t)(ge * max_unit), 64));
-        window = max2(window, 2.0 * round_up((int64_t)(pe * max_shard), 64));
+        window += max2(2.0 * round_up((int64_t)(ge * max_unit), 64), 2.0 * round_up((int64_t)(pe * max_shard), 64));
+    } else if (!replicated && G > 1 && in->reduce_bf16) {  // plain MPI: the bf16 all-to-all's scratch
         bf16_gather = max2(bf16_gather, 2.0 * max_unit);
     }
     if (!replicated && R > 1) {  // HYBRID_SHARD: each unit's reduced shard, all-reduced over the replicas
-        window += 2.0 * round_up((int64_t)(ge * max_shard), 64);
-        bf16_gather = max2(bf16_gather, 2.0 * R * max_shard);
+        if (shm_replica) window += 2.0 * round_up((int64_t)(ge * max_shard), 64);
+        else if (in->reduce_bf16) bf16_gather = max2(bf16_gather, 2.0 * R * max_shard);
     }
-    if (in->shared_memory) p.communication += window;
-    else if (in->reduce_bf16) p.communication += bf16_gather;
+    p.communication += window + bf16_gather;
 
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
@@ -157,19 +163,49 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int gathers = in->strategy == FSDP_SHARD_GRAD_OP ? 1 : 2;
     double pe = in->param_bf16 ? 2.0 : 4.0;  // bytes per element on the wire
     double block_n = (double)block_padded, root_n = (double)root_padded;
-    double per_micro;
+    double shard_bytes, replica_bytes = 0.0;  // rank 0's bytes per step in its shard group (or the world), replica group
     if (replicated) {
         // bf16 all-reduce without shared memory is an all-gather of every rank's buffer (MPI has no bf16 sum)
-        double ar = in->world <= 1 ? 0.0 : in->reduce_bf16 && !in->shared_memory ? (double)(in->world - 1)
-                                                                               : 2.0 * (in->world - 1) / in->world;
-        per_micro = ar * ge * ((double)n_block_units * block_n + root_n);
-        p.bytes_sent = per_micro * in->grad_accum;
+        double ar = world <= 1 ? 0.0 : in->reduce_bf16 && !shm_world ? (double)(world - 1)
+                                                                   : 2.0 * (world - 1) / world;
+        shard_bytes = ar * ge * ((double)n_block_units * block_n + root_n) * in->grad_accum;
+        G = world;  // the group the all-reduces run over
     } else {
         double ag = frac * pe * ((double)n_block_units * block_n * gathers + root_n);
         double rs = frac * ge * ((double)n_block_units * block_n + root_n);
-        double rf = in->reduce_bf16 && !in->shared_memory ? (double)(R - 1) : 2.0 * (R - 1) / R;
+        double rf = in->reduce_bf16 && !shm_replica ? (double)(R - 1) : 2.0 * (R - 1) / R;
         double replica = R > 1 ? rf * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
-        p.bytes_sent = (ag + rs + replica) * in->grad_accum;
+        shard_bytes = (ag + rs) * in->grad_accum;
+        replica_bytes = replica * in->grad_accum;
     }
+    p.bytes_sent = shard_bytes + replica_bytes;
+
+    // By link class. Every collective is modelled as pairwise: each rank sends every peer of the group
+    // the same share (all-gather, reduce-scatter, bf16 all-to-all; an all-reduce as a reduce-scatter then
+    // an all-gather), so of a rank's bytes in a group of g ranks, (g - m) / (g - 1) go to other hosts,
+    // m the group's ranks on its own host. Host 0 holds ranks [0, P); rank r's shard group is
+    // [r/G*G, r/G*G + G), its replica group {r % G + k G}.
+    double inter = 0.0, rank0_cross = 0.0;
+    int64_t host_ranks = P < world ? P : world;
+    for (int64_t r = 0; r < host_ranks; r++) {
+        double cross = 0.0;
+        if (G > 1) {
+            int64_t lo = r / G * G, hi = lo + G;  // shard group [lo, hi) on host 0 = [0, P)
+            int64_t m = (hi < P ? hi : P) - lo;
+            cross += shard_bytes * (double)(G - m) / (double)(G - 1);
+        }
+        if (R > 1) {
+            int64_t j = r % G, m = (P - j + G - 1) / G;  // replicas j, j + G, .. below P
+            if (m > R) m = R;
+            cross += replica_bytes * (double)(R - m) / (double)(R - 1);
+        }
+        if (r == 0) rank0_cross = cross;
+        inter += cross;
+    }
+    p.inter_host_bytes = inter;
+    p.intra_host_bytes = p.bytes_sent - rank0_cross;
+    double intra_bw = (in->intra_host_gbps > 0 ? in->intra_host_gbps : 20.0) * 1e9;
+    double inter_bw = (in->inter_host_gbps > 0 ? in->inter_host_gbps : 12.5) * 1e9;
+    p.comm_seconds = max2(p.intra_host_bytes / intra_bw, p.inter_host_bytes / inter_bw);
     return p;
 }

@@ -20,7 +20,14 @@ typedef struct {
     int forward_prefetch;
     int limit_all_gathers;
     int activation_checkpointing;
-    int shared_memory;    // ranks share a node (the shared-memory collectives and gradient staging)
+    int shared_memory;    // ranks share a node (the shared-memory collectives and gradient staging);
+                          // 0: as ranks_per_host 1
+    int ranks_per_host;   // ranks on each host (0: every rank on one host); a group whose ranks all lie on
+                          // one host uses shared memory, one spanning hosts plain MPI. Rank r is on
+                          // host r / ranks_per_host (mpirun --map-by slot); HYBRID_SHARD's default shard
+                          // group is a host
+    double intra_host_gbps;  // GB/s (1e9 bytes/s) one rank sends to ranks on its own host (0: 20)
+    double inter_host_gbps;  // GB/s one host's NIC sends to other hosts (0: 12.5, a 100 Gb/s NIC)
     int zero_copy;        // shards and gradient staging in the window's shared memory: the cpu device on
                           // shared memory (the guard device keeps them in device memory: 0)
     int param_bf16;       // MixedPrecision param_dtype bf16 (all-gathers of 2 bytes per element)
@@ -37,6 +44,12 @@ typedef struct {
     double workspace;                 // GEMM packing scratch (kernels/cpu/sgemm_avx512.c, gemm_bf16.c)
     double total;                     // sum of the above
     double bytes_sent;                // per optimizer step, per rank, all collectives of the engine
+    // per optimizer step, by link class, for collectives that send each peer its share directly
+    // (pairwise: a rank's bytes to the group's ranks on other hosts cross its host's NIC):
+    double intra_host_bytes;          // rank 0's bytes to ranks on its own host
+    double inter_host_bytes;          // host 0's bytes through its NIC (all its ranks' bytes to other hosts)
+    double comm_seconds;              // lower bound: max over the link classes of bytes / bandwidth
+    int hosts;                        // world / ranks_per_host (rounded up)
     int units;
     int64_t numel;                    // model parameters
 } fsdp_plan;
