@@ -84,6 +84,18 @@ void fsdp_comm_set_sequence_check(fsdp_comm *c, int on);
 // watchdog thread; reads are racy by design but never crash.
 void fsdp_comm_current(const char **name, double *since);
 
+// Reduce-scatters and all-reduces on MPI groups without shared memory (ranks on different hosts) run
+// either as MPI's collectives or point to point (every rank sends block q to rank q and sums what it
+// receives in rank order: the same bits as the shared-memory path, and the bytes of a ring). The
+// environment variable FSDP_COMM_ALGO (read once; every rank must use the same) picks: `mpi`, `p2p`, or
+// `auto` (default, also for unknown values: the path measured faster, docs/decisions.md). The
+// point-to-point forms are nonblocking for any count and dtype. fp32 sums over MPI's own collectives are
+// in MPI's order.
+const char *fsdp_comm_algo_setting(void);  // "auto", "mpi" or "p2p"
+// The path a reduce-scatter (all_reduce 0, count per rank) or an all-reduce (all_reduce 1) of count
+// elements of dt takes on c: "local", "shm", "mpi" or "p2p"
+const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt);
+
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {
     double seconds;
