@@ -56,7 +56,8 @@ size_t fsdp_comm_max_count(void);  // the limit now in force
 // completion. Where the backend cannot run a collective in the background (local, shared memory) the
 // start runs it to completion and the request is already done; so does a collective that must be split
 // (more elements than fsdp_comm_max_count per MPI call: the pieces run one after another), and bf16
-// reduce-scatters and all-reduces over MPI (summed here, after an exchange).
+// reduce-scatters and all-reduces through MPI's collectives (summed here, after an exchange). Those that
+// run point to point (FSDP_COMM_ALGO below) stay in flight for any count and dtype.
 typedef struct fsdp_comm_request fsdp_comm_request;
 fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                              fsdp_comm_request **req);

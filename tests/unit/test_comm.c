@@ -212,11 +212,9 @@ static void check_pieces(fsdp_comm *c, const char *label, int seq) {
                 // plain MPI runs every collective through MPI; shared memory only the broadcast
                 int via_mpi = N > 1 && (strcmp(backend, "mpi") == 0 || op == OP_BCAST);
                 int is_ar = op == OP_AR_SUM || op == OP_AR_AVG || op == OP_IAR_SUM || op == OP_IAR_AVG;
-                int is_rs = op == OP_RS_SUM || op == OP_RS_AVG || op == OP_IRS_SUM || op == OP_IRS_AVG;
                 // point to point, an all-reduce is a reduce-scatter round and an all-gather round over blocks
                 // of ceil(n / N) elements at most: each round one counted call per piece
                 int p2p_ar = via_mpi && is_ar && strcmp(fsdp_comm_path(c, 1, n, dt), "p2p") == 0;
-                (void)is_rs;
                 fsdp_comm_set_max_count(SIZE_MAX);  // off: INT_MAX
                 size_t calls_ref = run_op(c, op, dt, n, send, ref);
                 if (via_mpi && (calls_ref < 1 || calls_ref > 1 + (size_t)(seq != 0) + (size_t)p2p_ar)) {
