@@ -1,7 +1,8 @@
 // comm_bench.c: bandwidth sweep of all-gather, reduce-scatter and all-reduce from 64 KiB to 256 MiB
 // (bytes of the full buffer), nccl-tests style: algorithm bandwidth = bytes / time, bus bandwidth =
 // algbw * (n-1)/n (all-reduce: 2(n-1)/n). Run under mpirun; FSDP_COMM_NO_SHM=1 measures MPI's own
-// collectives instead of the shared-memory path.
+// collectives instead of the shared-memory path; FSDP_COMM_ALGO=mpi|p2p|auto picks how reduce-scatters and
+// all-reduces run there (MPI's collectives or point to point; the `path` column says which ran).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,8 +21,9 @@ int main(int argc, char **argv) {
     // registered (shared) send buffers: the zero-copy path the FSDP engine uses for shards and gradients
     float *shared = fsdp_comm_alloc_shared(w, max_bytes);
     if (R == 0)
-        printf("# %d ranks, backend %s\n# %-10s %-22s %10s %10s %10s\n", N, fsdp_comm_backend(w), "bytes",
-               "collective", "time_us", "algbw_GBs", "busbw_GBs");
+        printf("# %d ranks, backend %s, FSDP_COMM_ALGO %s\n# %-10s %-22s %10s %10s %10s %5s\n", N,
+               fsdp_comm_backend(w), fsdp_comm_algo_setting(), "bytes", "collective", "time_us", "algbw_GBs",
+               "busbw_GBs", "path");
     for (size_t bytes = 64 << 10; bytes <= max_bytes; bytes *= 4) {
         size_t total = bytes / sizeof(float), per = total / (size_t)N;
         for (int coll = 0; coll < 5; coll++) {
@@ -47,7 +49,11 @@ int main(int argc, char **argv) {
             double bus = algbw * (coll == 2 ? 2.0 : 1.0) * (N - 1) / N;
             const char *names[] = {"all_gather", "reduce_scatter", "all_reduce", "all_gather/shared",
                                    "reduce_scatter/shared"};
-            if (R == 0) printf("  %-10zu %-22s %10.1f %10.2f %10.2f\n", bytes, names[coll], best * 1e6, algbw, bus);
+            const char *path = coll == 1 || coll == 4 ? fsdp_comm_path(w, 0, per, FSDP_F32)
+                               : coll == 2             ? fsdp_comm_path(w, 1, total, FSDP_F32)
+                               : fsdp_comm_backend(w);
+            if (R == 0)
+                printf("  %-10zu %-22s %10.1f %10.2f %10.2f %5s\n", bytes, names[coll], best * 1e6, algbw, bus, path);
         }
     }
     free(a);

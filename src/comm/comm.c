@@ -202,7 +202,7 @@ static void account(fsdp_comm *c, double t0, size_t bytes) {
 // or all of it to every peer for bf16 over MPI (an all-gather, summed here).
 static size_t all_reduce_bytes(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
     size_t esize = fsdp_dtype_size(dt), peers = (size_t)(c->size - 1);
-    return !c->shm && dt == FSDP_BF16 ? count * esize * peers : 2 * count * esize * peers / (size_t)c->size;
+    return !c->shm && dt == FSDP_BF16 && !comm_use_p2p(c, 1, count, dt) ? count * esize * peers : 2 * count * esize * peers / (size_t)c->size;
 }
 
 static void scale_f32(void *buf, size_t n, float s) {
@@ -284,8 +284,11 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "reduce_scatter", 2, count));
     fsdp_status s;
+    float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
     if (c->shm) {
         s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
+    } else if (comm_use_p2p(c, 0, count, dt)) {
+        s = comm_p2p_run(c, 0, send, recv, count, dt, scale);
     } else if (dt == FSDP_F32) {
         s = comm_mpi_reduce_scatter(send, recv, count, sizeof(float), MPI_FLOAT, MPI_SUM, c->mpi, c->size);
         if (op == FSDP_AVG) scale_f32(recv, count, 1.0f / (float)c->size);
@@ -303,6 +306,8 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
     fsdp_status s;
     if (c->shm) {
         s = comm_shm_all_reduce(c, buf, count, dt, op);
+    } else if (comm_use_p2p(c, 1, count, dt)) {
+        s = comm_p2p_run(c, 1, buf, buf, count, dt, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f);
     } else if (dt == FSDP_F32) {
         s = comm_mpi_allreduce(buf, count, sizeof(float), MPI_FLOAT, MPI_SUM, c->mpi);
         if (op == FSDP_AVG) scale_f32(buf, count, 1.0f / (float)c->size);
@@ -361,6 +366,11 @@ fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t 
 fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                  fsdp_reduce_op op, fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
+    if (c->backend == COMM_MPI && comm_use_p2p(c, 0, count, dt)) {  // in flight for any count and dtype
+        (*req)->bytes = count * fsdp_dtype_size(dt) * (size_t)(c->size - 1);
+        return comm_p2p_start(c, 0, send, recv, count, dt, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f,
+                              &(*req)->p2p);
+    }
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
         return fsdp_reduce_scatter(c, send, recv, count, dt, op);  // runs to completion
     FSDP_CHECK(check_sequence(c, 2, count));
@@ -375,6 +385,11 @@ fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, siz
 fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
                              fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
+    if (c->backend == COMM_MPI && comm_use_p2p(c, 1, count, dt)) {
+        (*req)->bytes = all_reduce_bytes(c, count, dt);
+        return comm_p2p_start(c, 1, buf, buf, count, dt, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f,
+                              &(*req)->p2p);
+    }
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || dt != FSDP_F32 || count > fsdp_comm_max_count())
         return fsdp_all_reduce(c, buf, count, dt, op);  // runs to completion
     FSDP_CHECK(check_sequence(c, 3, count));
@@ -387,6 +402,19 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
 }
 
 fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
+    if (req->p2p) {
+        if (req->accounted) {
+            *done = 1;
+            return FSDP_OK;
+        }
+        double t0 = fsdp_now_sec();
+        fsdp_status s = comm_p2p_test(req->p2p, done);
+        if (s == FSDP_OK && *done) {
+            account(req->comm, t0, req->bytes);
+            req->accounted = 1;
+        }
+        return s;
+    }
     if (req->mpi == MPI_REQUEST_NULL) {
         *done = 1;
         return FSDP_OK;
@@ -402,7 +430,14 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
 fsdp_status fsdp_comm_wait(fsdp_comm_request *req) {
     if (!req) return FSDP_OK;
     fsdp_status s = FSDP_OK;
-    if (req->mpi != MPI_REQUEST_NULL) {
+    if (req->p2p) {
+        if (!req->accounted) {
+            double t0 = fsdp_now_sec();
+            s = comm_p2p_wait(req->p2p);
+            account(req->comm, t0, req->bytes);
+        }
+        comm_p2p_free(req->p2p);
+    } else if (req->mpi != MPI_REQUEST_NULL) {
         double t0 = fsdp_now_sec();
         s = comm_mpi_check(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE), "MPI_Wait");
         account(req->comm, t0, req->bytes);

@@ -56,7 +56,8 @@ size_t fsdp_comm_max_count(void);  // the limit now in force
 // completion. Where the backend cannot run a collective in the background (local, shared memory) the
 // start runs it to completion and the request is already done; so does a collective that must be split
 // (more elements than fsdp_comm_max_count per MPI call: the pieces run one after another), and bf16
-// reduce-scatters and all-reduces over MPI (summed here, after an exchange).
+// reduce-scatters and all-reduces through MPI's collectives (summed here, after an exchange). Those that
+// run point to point (FSDP_COMM_ALGO below) stay in flight for any count and dtype.
 typedef struct fsdp_comm_request fsdp_comm_request;
 fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                              fsdp_comm_request **req);
@@ -85,6 +86,18 @@ const char *fsdp_comm_host(fsdp_comm *c);
 // The collective this process is blocked in: its name and when it started (0 when none). For a
 // watchdog thread; reads are racy by design but never crash.
 void fsdp_comm_current(const char **name, double *since);
+
+// Reduce-scatters and all-reduces on MPI groups without shared memory (ranks on different hosts) run
+// either as MPI's collectives or point to point (every rank sends block q to rank q and sums what it
+// receives in rank order: the same bits as the shared-memory path, and the bytes of a ring). The
+// environment variable FSDP_COMM_ALGO (read once; every rank must use the same) picks: `mpi`, `p2p`, or
+// `auto` (default, also for unknown values: the path measured faster, docs/decisions.md). The
+// point-to-point forms are nonblocking for any count and dtype. fp32 sums over MPI's own collectives are
+// in MPI's order.
+const char *fsdp_comm_algo_setting(void);  // "auto", "mpi" or "p2p"
+// The path a reduce-scatter (all_reduce 0, count per rank) or an all-reduce (all_reduce 1) of count
+// elements of dt takes on c: "local", "shm", "mpi" or "p2p"
+const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt);
 
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {

@@ -26,6 +26,7 @@ struct fsdp_comm {
     int n_regions;
     int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count, elements per MPI call) across ranks first
     int64_t calls_issued;  // collectives issued on this group (the sequence number)
+    int64_t p2p_seq;       // point-to-point reductions started on this group (their message tags)
     fsdp_comm_stats stats;
     char host[MPI_MAX_PROCESSOR_NAME];  // this process's host (MPI_Get_processor_name), cached on first use
 };
@@ -36,9 +37,13 @@ typedef struct shm_region {
     unsigned char **peer;  // (size,) each rank's piece; peer[rank] is this rank's
 } shm_region;
 
+typedef struct comm_p2p comm_p2p;
+
 struct fsdp_comm_request {
     fsdp_comm *comm;
     MPI_Request mpi;     // MPI_REQUEST_NULL when already complete
+    comm_p2p *p2p;       // a point-to-point reduction in flight (comm_p2p.c), or NULL
+    int accounted;       // its bytes and time are in the statistics already
     float *scale_buf;    // AVG: divide these `scale_count` floats by the group size at completion
     size_t scale_count;
     double started;
@@ -91,3 +96,26 @@ fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtyp
 // dst (n,) = bf16(scale * sum over r < nsrc of src[r] (n,)), summed in fp32 in the order of src: the one
 // reduction of bf16 payloads every path uses, so they all give the same values. src: (nsrc,) pointers.
 void comm_sum_bf16(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int nsrc, size_t n, float scale);
+
+// Counts one MPI call with a count (fsdp_comm_mpi_calls): a point-to-point round counts as one.
+void fsdp_comm_mpi_count_call(void);
+
+// Point-to-point reductions for MPI groups without shared memory (comm_p2p.c).
+// FSDP_COMM_ALGO (read once): auto (default), mpi (MPI's collectives), p2p (comm_p2p.c)
+enum { COMM_ALGO_AUTO = 0, COMM_ALGO_MPI = 1, COMM_ALGO_P2P = 2 };
+int comm_algo(void);
+// 1 when a reduce-scatter (all_reduce 0; count per rank) or all-reduce (count: the buffer) of dtype dt on
+// c runs point to point: never on shared memory or one rank; FSDP_COMM_ALGO=p2p/mpi decide, auto picks
+// the path measured faster. A function of (group, kind, count, dt) only: the same on every rank.
+int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt);
+// Starts: all_reduce 0: out (count,) = scale * sum over ranks in rank order of send (size, count) block
+// `rank`; all_reduce 1: out (count,) = scale * the rank-order sum of every rank's send (count,), where
+// out == send (in place). bf16 payloads are summed in fp32 and rounded once (comm_sum_bf16).
+fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
+                           float scale, comm_p2p **p);
+fsdp_status comm_p2p_test(comm_p2p *p, int *done);  // progresses: posts further rounds, sums arrived ones
+fsdp_status comm_p2p_wait(comm_p2p *p);             // completes (p stays allocated)
+void comm_p2p_free(comm_p2p *p);                    // cancels what is still pending (after an error)
+// start + wait + free
+fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
+                         float scale);

@@ -3,6 +3,7 @@
 // Runs as a plain process (local backend) and under `mpirun -np N` (see tests/CMakeLists.txt).
 // check_pieces: collectives split into pieces by a small limit on elements per MPI call give the same
 // bits as unsplit ones, and really issue more MPI calls.
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -210,9 +211,13 @@ static void check_pieces(fsdp_comm *c, const char *label, int seq) {
             for (int op = 0; op < N_OPS; op++) {
                 // plain MPI runs every collective through MPI; shared memory only the broadcast
                 int via_mpi = N > 1 && (strcmp(backend, "mpi") == 0 || op == OP_BCAST);
+                int is_ar = op == OP_AR_SUM || op == OP_AR_AVG || op == OP_IAR_SUM || op == OP_IAR_AVG;
+                // point to point, an all-reduce is a reduce-scatter round and an all-gather round over blocks
+                // of ceil(n / N) elements at most: each round one counted call per piece
+                int p2p_ar = via_mpi && is_ar && strcmp(fsdp_comm_path(c, 1, n, dt), "p2p") == 0;
                 fsdp_comm_set_max_count(SIZE_MAX);  // off: INT_MAX
                 size_t calls_ref = run_op(c, op, dt, n, send, ref);
-                if (via_mpi && (calls_ref < 1 || calls_ref > 1 + (size_t)(seq != 0))) {
+                if (via_mpi && (calls_ref < 1 || calls_ref > 1 + (size_t)(seq != 0) + (size_t)p2p_ar)) {
                     fprintf(stderr, "%s: unsplit %s of %zu: %zu MPI calls\n", label, op_names[op], n, calls_ref);
                     CHECK(0);
                 }
@@ -226,9 +231,11 @@ static void check_pieces(fsdp_comm *c, const char *label, int seq) {
                                 dt == FSDP_F32 ? "fp32" : "bf16", op_names[op], n, lim);
                         CHECK(0);
                     }
-                    if (via_mpi && calls < (n + lim - 1) / lim) {
+                    size_t per = p2p_ar ? (n + (size_t)N - 1) / (size_t)N : n;
+                    size_t want = p2p_ar ? 2 * ((per + lim - 1) / lim) : (n + lim - 1) / lim;
+                    if (via_mpi && calls < want) {
                         fprintf(stderr, "%s (%s): %s of %zu, limit %zu: %zu MPI calls, want >= %zu\n", label, backend,
-                                op_names[op], n, lim, calls, (n + lim - 1) / lim);
+                                op_names[op], n, lim, calls, want);
                         CHECK(0);
                     }
                 }
@@ -242,6 +249,129 @@ static void check_pieces(fsdp_comm *c, const char *label, int seq) {
     free(send);
     free(ref);
     free(out);
+}
+
+// Values whose fp32 sum depends on the order of addition (mixed signs and exponents 2^-12..2^11), and on
+// (rank, i): a sum in another order, or a block read from or written to the wrong offset, shows.
+static float order_input(int rank, size_t i) {
+    int e = (int)((i * 7 + (size_t)rank * 13) % 24) - 12;
+    float m = 1.0f + (float)((i * 37 + (size_t)rank * 101) % 1021) / 1021.0f;
+    return ldexpf((i + (size_t)rank) % 3 == 0 ? -m : m, e);
+}
+
+// element i of the expected result: the inputs of ranks 0, 1, ..., N-1 (at element `at` of theirs) added in
+// that order in fp32, then times scale (scale 1: no multiply); bf16: bf16 inputs, rounded once at the end.
+// The shared-memory path's sum, so every path that sums here must give these bits.
+static float rank_order_sum(int N, size_t at, fsdp_dtype dt, float scale, int reverse) {
+    float acc = 0.0f;
+    for (int k = 0; k < N; k++) {
+        int q = reverse ? N - 1 - k : k;
+        float x = order_input(q, at);
+        if (dt == FSDP_BF16) x = fsdp_bf16_to_f32(fsdp_f32_to_bf16(x));
+        acc = k == 0 ? x : acc + x;
+    }
+    if (scale != 1.0f) acc *= scale;
+    return dt == FSDP_BF16 ? fsdp_bf16_to_f32(fsdp_f32_to_bf16(acc)) : acc;
+}
+
+static void put_order(void *buf, fsdp_dtype dt, size_t i, size_t at, int r) {
+    if (dt == FSDP_F32) ((float *)buf)[i] = order_input(r, at);
+    else ((fsdp_bf16 *)buf)[i] = fsdp_f32_to_bf16(order_input(r, at));
+}
+
+static float get_val(const void *buf, fsdp_dtype dt, size_t i) {
+    return dt == FSDP_F32 ? ((const float *)buf)[i] : fsdp_bf16_to_f32(((const fsdp_bf16 *)buf)[i]);
+}
+
+static void poll(fsdp_comm_request *req) {
+    int done = 0;
+    while (!done) CHECK(fsdp_comm_test(req, &done) == FSDP_OK);
+    CHECK(fsdp_comm_wait(req) == FSDP_OK);
+}
+
+// Reduce-scatters and all-reduces (sum, avg; blocking, nonblocking polled with fsdp_comm_test, two in flight
+// at once) against the rank-order sum, bit for bit, on every path that sums in rank order: shared memory,
+// point to point, bf16 over MPI (fp32 over MPI's own collectives sums in MPI's order: skipped). Counts 0,
+// 1, not divisible by the group, large; the default limit on elements per MPI call and 7.
+static void check_rank_order(fsdp_comm *c, const char *label) {
+    int R = fsdp_comm_rank(c), N = fsdp_comm_size(c);
+    size_t counts[] = {0, 1, 7, (size_t)N * 5 + 1, 1001, 30011}, saved = fsdp_comm_max_count();
+    size_t limits[] = {0, 7};
+    int sensitive = 0;  // fp32 elements whose sum in reverse rank order differs: the inputs can tell
+    size_t checked_f32 = 0;  // fp32 reduce-scatter elements checked (none where fp32 goes through MPI's sum)
+    for (int d = 0; d < 2; d++) {
+        fsdp_dtype dt = d == 0 ? FSDP_F32 : FSDP_BF16;
+        size_t es = fsdp_dtype_size(dt);
+        for (size_t li = 0; li < 2; li++) {
+            fsdp_comm_set_max_count(limits[li]);
+            for (size_t ci = 0; ci < sizeof counts / sizeof counts[0]; ci++) {
+                size_t n = counts[ci];
+                if (limits[li] && n > 1001) continue;  // ~14k pieces per collective: long under sanitizers
+                const char *rs_path = fsdp_comm_path(c, 0, n, dt), *ar_path = fsdp_comm_path(c, 1, n, dt);
+                int rs_on = dt == FSDP_BF16 || strcmp(rs_path, "mpi") != 0;
+                int ar_on = dt == FSDP_BF16 || strcmp(ar_path, "mpi") != 0;
+                size_t total = n * (size_t)N;
+                unsigned char *send = malloc(es * total + 1), *out = malloc(es * total + 1);
+                unsigned char *send2 = malloc(es * total + 1), *out2 = malloc(es * total + 1);
+                int bad = 0;
+                for (int op = 0; op < 2; op++) {
+                    float scale = op == FSDP_AVG ? 1.0f / (float)N : 1.0f;
+                    for (int mode = 0; mode < 3; mode++) {  // blocking, nonblocking, two in flight
+                        if (!rs_on && !ar_on) break;
+                        for (size_t i = 0; i < total; i++) put_order(send, dt, i, i, R);
+                        for (size_t i = 0; i < n; i++) put_order(out2, dt, i, i, R);
+                        memset(out, 0xA5, es * n);
+                        fsdp_comm_request *a = NULL, *b = NULL;
+                        if (mode == 0) {
+                            if (rs_on) CHECK(fsdp_reduce_scatter(c, send, out, n, dt, (fsdp_reduce_op)op) == FSDP_OK);
+                            if (ar_on) CHECK(fsdp_all_reduce(c, out2, n, dt, (fsdp_reduce_op)op) == FSDP_OK);
+                        } else if (mode == 1) {
+                            if (rs_on) {
+                                CHECK(fsdp_ireduce_scatter(c, send, out, n, dt, (fsdp_reduce_op)op, &a) == FSDP_OK);
+                                poll(a);
+                            }
+                            if (ar_on) {
+                                CHECK(fsdp_iall_reduce(c, out2, n, dt, (fsdp_reduce_op)op, &b) == FSDP_OK);
+                                poll(b);
+                            }
+                        } else {  // both in flight, completed in the other order
+                            if (rs_on) CHECK(fsdp_ireduce_scatter(c, send, out, n, dt, (fsdp_reduce_op)op, &a) == FSDP_OK);
+                            if (ar_on) CHECK(fsdp_iall_reduce(c, out2, n, dt, (fsdp_reduce_op)op, &b) == FSDP_OK);
+                            if (b) poll(b);
+                            if (a) poll(a);
+                        }
+                        for (size_t i = 0; rs_on && i < n; i++) {
+                            float want = rank_order_sum(N, (size_t)R * n + i, dt, scale, 0);
+                            float got = get_val(out, dt, i);
+                            bad += memcmp(&got, &want, sizeof got) != 0;
+                            if (dt == FSDP_F32) sensitive += want != rank_order_sum(N, (size_t)R * n + i, dt, scale, 1);
+                            checked_f32 += dt == FSDP_F32;
+                        }
+                        for (size_t i = 0; ar_on && i < n; i++) {
+                            float want = rank_order_sum(N, i, dt, scale, 0), got = get_val(out2, dt, i);
+                            bad += memcmp(&got, &want, sizeof got) != 0;
+                        }
+                        if (bad) {
+                            fprintf(stderr, "%s rank %d/%d (%s/%s): %s %s of %zu, %s, limit %zu: %d values off the "
+                                    "rank-order sum\n", label, R, N, rs_path, ar_path, dt == FSDP_F32 ? "fp32" : "bf16",
+                                    op ? "avg" : "sum", n, mode == 0 ? "blocking" : mode == 1 ? "polled" : "two in flight",
+                                    fsdp_comm_max_count(), bad);
+                            CHECK(0);
+                            bad = 0;
+                        }
+                    }
+                }
+                free(send);
+                free(out);
+                free(send2);
+                free(out2);
+            }
+        }
+    }
+    fsdp_comm_set_max_count(0);
+    CHECK(fsdp_comm_max_count() == saved);
+    if (N >= 3 && checked_f32 > 0) CHECK(sensitive > 0);  // two addends commute exactly; three or more must be order-sensitive
+    CHECK(fsdp_barrier(c) == FSDP_OK);
 }
 
 int main(int argc, char **argv) {
@@ -263,6 +393,8 @@ int main(int argc, char **argv) {
     CHECK(fsdp_comm_split(world, R % 2, R, &half) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(half), (N + 1 - R % 2) / 2);
     check_group(half, "split");
+    check_rank_order(world, "world");
+    check_rank_order(half, "split");
     check_pieces(world, "world", 0);
     check_pieces(half, "split (sequence check on)", 1);
     if (N > 1) {  // ranks splitting collectives differently: the sequence check names it on every rank

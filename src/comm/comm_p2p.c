@@ -1,0 +1,281 @@
+// comm_p2p.c: reduce-scatter and all-reduce over point-to-point messages for MPI groups without shared
+// memory (ranks on different hosts). Open MPI 4.1's MPI_Reduce_scatter_block runs far below the link
+// (docs/bench.md, "Collectives across hosts"); here every rank sends block q of its buffer straight to
+// rank q (pairwise: at step d to rank+d, receiving from rank-d) and sums its own block and the blocks it
+// received in rank order, as the shared-memory path does: the bits are the same on every path that sums
+// here, and deterministic. Bytes sent per rank: (size-1) * block, the optimum. An all-reduce is this
+// reduce-scatter over `size` near-equal blocks of the buffer (the first count % size one element longer)
+// followed by the same exchange of the reduced blocks (an all-gather).
+// Messages are chunks of at most P2P_CHUNK_BYTES and fsdp_comm_max_count() elements (MPI counts are int);
+// P2P_DEPTH rounds of chunks are in flight at once, so a round is summed while the next one travels.
+// A round = one chunk of every block = one counted "MPI call" (fsdp_comm_mpi_calls).
+#include <limits.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "core/alloc.h"
+
+enum { P2P_CHUNK_BYTES = 4 << 20, P2P_DEPTH = 2 };
+
+struct comm_p2p {
+    fsdp_comm *c;
+    fsdp_dtype dt;
+    size_t esize;
+    int all_reduce;
+    const unsigned char *send;  // RS: (size, count) elements; AR: the buffer
+    unsigned char *out;         // RS: (count,) elements; AR: the buffer (in place)
+    size_t count;               // RS: per rank; AR: the whole buffer
+    float scale;
+    size_t chunk;               // elements per message
+    size_t rounds;              // rounds per phase
+    int phase;                  // 0: reduce-scatter exchange, 1: all-gather exchange (AR), 2: complete
+    size_t posted, finished;    // rounds of this phase posted, completed
+    int tag;
+    unsigned char *scratch;     // (P2P_DEPTH, size-1, chunk) elements received for this rank's block
+    MPI_Request *reqs;          // (P2P_DEPTH, 2*(size-1))
+    int nreq[P2P_DEPTH];
+};
+
+// ---- algorithm choice (FSDP_COMM_ALGO, read once)
+
+static int algo_env = COMM_ALGO_AUTO;
+static pthread_once_t algo_once = PTHREAD_ONCE_INIT;
+
+static void read_algo(void) {
+    const char *v = getenv("FSDP_COMM_ALGO");
+    if (!v || !*v || strcmp(v, "auto") == 0) algo_env = COMM_ALGO_AUTO;
+    else if (strcmp(v, "mpi") == 0) algo_env = COMM_ALGO_MPI;
+    else if (strcmp(v, "p2p") == 0) algo_env = COMM_ALGO_P2P;
+}
+
+int comm_algo(void) {
+    pthread_once(&algo_once, read_algo);
+    return algo_env;
+}
+
+const char *fsdp_comm_algo_setting(void) {
+    static const char *names[] = {"auto", "mpi", "p2p"};
+    return names[comm_algo()];
+}
+
+int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
+    (void)count;
+    if (c->backend != COMM_MPI || c->shm || c->size == 1) return 0;
+    int a = comm_algo();
+    if (a != COMM_ALGO_AUTO) return a == COMM_ALGO_P2P;
+    // auto, as measured across hosts (docs/bench.md, "Collectives across hosts"): reduce-scatters point to
+    // point at every size (MPI_Reduce_scatter_block ran at 0.1-0.6x of all-gather's bandwidth, these at
+    // 0.5-1x); fp32 all-reduces through MPI_Allreduce (as fast or faster than reduce-scatter + all-gather
+    // here); bf16 all-reduces point to point (MPI's path sends the whole buffer to every peer)
+    return !all_reduce || dt == FSDP_BF16;
+}
+
+const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
+    if (c->backend != COMM_MPI || c->size == 1) return "local";
+    if (c->shm) return "shm";
+    return comm_use_p2p(c, all_reduce, count, dt) ? "p2p" : "mpi";
+}
+
+// ---- sums in rank order
+
+// dst (n,) = (src[0] + src[1] + ... + src[nsrc-1]) * scale (scale 1: no multiply), fp32, added in the
+// order of src: the same operations, in the same order, as the shared-memory path's sum. Accumulates in
+// a local block first, so dst may alias any source.
+static void sum_f32(float *dst, const float *const *src, int nsrc, size_t n, float scale) {
+#pragma omp parallel for schedule(static) if (n > 32768)
+    for (size_t i0 = 0; i0 < n; i0 += 2048) {
+        size_t m = n - i0 < 2048 ? n - i0 : 2048;
+        float acc[2048];
+        for (size_t i = 0; i < m; i++) acc[i] = src[0][i0 + i];
+        for (int r = 1; r < nsrc; r++) {
+            const float *s = src[r] + i0;
+#pragma omp simd
+            for (size_t i = 0; i < m; i++) acc[i] += s[i];
+        }
+        if (scale != 1.0f)
+            for (size_t i = 0; i < m; i++) acc[i] *= scale;
+        memcpy(dst + i0, acc, m * sizeof(float));
+    }
+}
+
+// ---- block geometry
+
+static size_t block_len(const comm_p2p *p, int q) {
+    if (!p->all_reduce) return p->count;
+    size_t n = (size_t)p->c->size, base = p->count / n, rem = p->count % n;
+    return base + ((size_t)q < rem);
+}
+
+static size_t block_off(const comm_p2p *p, int q) {  // elements from the start of send (and, for AR, out)
+    if (!p->all_reduce) return (size_t)q * p->count;
+    size_t n = (size_t)p->c->size, base = p->count / n, rem = p->count % n;
+    return (size_t)q * base + ((size_t)q < rem ? (size_t)q : rem);
+}
+
+// elements of round j's chunk of a block of len elements
+static size_t piece(const comm_p2p *p, size_t len, size_t j) {
+    size_t at = j * p->chunk;
+    if (at >= len) return 0;
+    return len - at < p->chunk ? len - at : p->chunk;
+}
+
+static int peer_index(int q, int rank) { return q < rank ? q : q - 1; }
+
+static unsigned char *slot_scratch(const comm_p2p *p, int slot, int k) {
+    return p->scratch + ((size_t)slot * (size_t)(p->c->size - 1) + (size_t)k) * p->chunk * p->esize;
+}
+
+static fsdp_status post_round(comm_p2p *p, size_t j) {
+    fsdp_comm *c = p->c;
+    int slot = (int)(j % P2P_DEPTH), me = c->rank, n = c->size, tag = p->tag + p->phase;
+    MPI_Request *rq = p->reqs + (size_t)slot * 2 * (size_t)(n - 1);
+    MPI_Datatype t = p->dt == FSDP_F32 ? MPI_FLOAT : MPI_UINT16_T;
+    int k = 0;
+    size_t es = p->esize, my_len = block_len(p, me), my_off = block_off(p, me);
+    fsdp_comm_mpi_count_call();
+    for (int d = 1; d < n; d++) {  // receive first: from rank-d
+        int q = (me - d + n) % n;
+        if (p->phase == 0) {
+            size_t m = piece(p, my_len, j);
+            if (!m) continue;
+            FSDP_CHECK(comm_mpi_check(MPI_Irecv(slot_scratch(p, slot, peer_index(q, me)), (int)m, t, q, tag,
+                                                c->mpi, &rq[k++]), "MPI_Irecv"));
+        } else {
+            size_t m = piece(p, block_len(p, q), j);
+            if (!m) continue;
+            unsigned char *dst = p->out + (block_off(p, q) + j * p->chunk) * es;
+            FSDP_CHECK(comm_mpi_check(MPI_Irecv(dst, (int)m, t, q, tag, c->mpi, &rq[k++]), "MPI_Irecv"));
+        }
+    }
+    for (int d = 1; d < n; d++) {  // then send: to rank+d
+        int q = (me + d) % n;
+        const unsigned char *src;
+        size_t m;
+        if (p->phase == 0) {
+            m = piece(p, block_len(p, q), j);
+            src = p->send + (block_off(p, q) + j * p->chunk) * es;
+        } else {
+            m = piece(p, my_len, j);
+            src = p->out + (my_off + j * p->chunk) * es;
+        }
+        if (!m) continue;
+        FSDP_CHECK(comm_mpi_check(MPI_Isend(src, (int)m, t, q, tag, c->mpi, &rq[k++]), "MPI_Isend"));
+    }
+    p->nreq[slot] = k;
+    return FSDP_OK;
+}
+
+// round j of this phase has arrived: sum it (reduce-scatter exchange); the all-gather lands in place
+static void finish_round(comm_p2p *p, size_t j) {
+    if (p->phase != 0) return;
+    fsdp_comm *c = p->c;
+    int me = c->rank, slot = (int)(j % P2P_DEPTH);
+    size_t m = piece(p, block_len(p, me), j);
+    if (!m) return;
+    size_t es = p->esize, at = j * p->chunk;
+    const void *src[c->size];
+    for (int q = 0; q < c->size; q++)
+        src[q] = q == me ? (const void *)(p->send + (block_off(p, me) + at) * es)
+                         : (const void *)slot_scratch(p, slot, peer_index(q, me));
+    unsigned char *dst = p->out + ((p->all_reduce ? block_off(p, me) : 0) + at) * es;
+    if (p->dt == FSDP_F32) sum_f32((float *)dst, (const float *const *)src, c->size, m, p->scale);
+    else comm_sum_bf16((fsdp_bf16 *)dst, (const fsdp_bf16 *const *)src, c->size, m, p->scale);
+}
+
+static fsdp_status start_phase(comm_p2p *p) {
+    p->posted = p->finished = 0;
+    while (p->posted < p->rounds && p->posted < P2P_DEPTH) FSDP_CHECK(post_round(p, p->posted++));
+    return FSDP_OK;
+}
+
+// Advances as far as it can; blocking: until complete. *done = 1 when complete.
+static fsdp_status progress(comm_p2p *p, int blocking, int *done) {
+    while (p->phase < 2) {
+        if (p->finished == p->rounds) {  // this phase is through
+            p->phase = p->all_reduce && p->phase == 0 ? 1 : 2;
+            if (p->phase == 1) FSDP_CHECK(start_phase(p));
+            continue;
+        }
+        int slot = (int)(p->finished % P2P_DEPTH), flag = 1;
+        MPI_Request *rq = p->reqs + (size_t)slot * 2 * (size_t)(p->c->size - 1);
+        if (blocking) FSDP_CHECK(comm_mpi_check(MPI_Waitall(p->nreq[slot], rq, MPI_STATUSES_IGNORE), "MPI_Waitall"));
+        else FSDP_CHECK(comm_mpi_check(MPI_Testall(p->nreq[slot], rq, &flag, MPI_STATUSES_IGNORE), "MPI_Testall"));
+        if (!flag) break;
+        finish_round(p, p->finished++);
+        if (p->posted < p->rounds) FSDP_CHECK(post_round(p, p->posted++));
+    }
+    *done = p->phase == 2;
+    return FSDP_OK;
+}
+
+fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
+                           float scale, comm_p2p **out_p) {
+    *out_p = NULL;
+    comm_p2p *p = calloc(1, sizeof *p);
+    if (!p) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    p->c = c;
+    p->dt = dt;
+    p->esize = fsdp_dtype_size(dt);
+    p->all_reduce = all_reduce;
+    p->send = send;
+    p->out = out;
+    p->count = count;
+    p->scale = scale;
+    size_t lim = fsdp_comm_max_count(), by_bytes = (size_t)P2P_CHUNK_BYTES / p->esize;
+    size_t by_int = (size_t)INT_MAX;  // messages count elements (MPI_FLOAT, MPI_UINT16_T)
+    p->chunk = lim < by_bytes ? lim : by_bytes;
+    if (p->chunk > by_int) p->chunk = by_int;
+    if (p->chunk < 1) p->chunk = 1;
+    size_t longest = block_len(p, 0);  // block 0 is never shorter than the others
+    p->rounds = (longest + p->chunk - 1) / p->chunk;
+    p->tag = (int)((c->p2p_seq++ & 0x3fff) * 2);  // per collective: several may be in flight on one group
+    size_t peers = (size_t)(c->size - 1), per_slot = longest < p->chunk ? longest : p->chunk;
+    p->chunk = p->rounds > 1 ? p->chunk : (per_slot ? per_slot : 1);  // one round: scratch of just the block
+    p->scratch = fsdp_alloc(P2P_DEPTH * peers * p->chunk * p->esize, FSDP_MEM_COMM);
+    p->reqs = malloc(sizeof(MPI_Request) * P2P_DEPTH * 2 * peers);
+    if (!p->scratch || !p->reqs) {
+        comm_p2p_free(p);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a point-to-point reduction of %zu values", count);
+    }
+    for (size_t i = 0; i < P2P_DEPTH * 2 * peers; i++) p->reqs[i] = MPI_REQUEST_NULL;
+    fsdp_status s = start_phase(p);
+    if (s != FSDP_OK) {
+        comm_p2p_free(p);
+        return s;
+    }
+    *out_p = p;
+    return FSDP_OK;
+}
+
+fsdp_status comm_p2p_test(comm_p2p *p, int *done) { return progress(p, 0, done); }
+
+fsdp_status comm_p2p_wait(comm_p2p *p) {
+    int done = 0;
+    return progress(p, 1, &done);
+}
+
+void comm_p2p_free(comm_p2p *p) {
+    if (!p) return;
+    if (p->reqs) {  // after an error: requests still pending are cancelled and released
+        size_t n = P2P_DEPTH * 2 * (size_t)(p->c->size - 1);
+        for (size_t i = 0; i < n; i++)
+            if (p->reqs[i] != MPI_REQUEST_NULL) {
+                (void)MPI_Cancel(&p->reqs[i]);
+                (void)MPI_Request_free(&p->reqs[i]);
+            }
+    }
+    fsdp_free(p->scratch);
+    free(p->reqs);
+    free(p);
+}
+
+fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
+                         float scale) {
+    comm_p2p *p = NULL;
+    FSDP_CHECK(comm_p2p_start(c, all_reduce, send, out, count, dt, scale, &p));
+    fsdp_status s = comm_p2p_wait(p);
+    comm_p2p_free(p);
+    return s;
+}
