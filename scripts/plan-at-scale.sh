@@ -56,9 +56,9 @@ Every row is `fsdp-plan train MODEL --batch 1 --threads 1 --world-size 1024 --ra
   engine calls MPI's collectives and Open MPI picks the algorithm (tests/multihost/test_mh_plan.py
   holds the model to measured runs at 2 hosts).
 - HYBRID_SHARD shards within a host (the default shard group: the host's 8 ranks) and all-reduces
-  each shard across the 128 replicas: only that all-reduce crosses hosts. With bf16 reductions it
-  crosses as an all-gather (MPI has no bf16 sum; src/comm/comm.c), 127 x the shard instead of
-  2 x 127/128: the bf16 HYBRID_SHARD rows show it.
+  each shard across the 128 replicas: only that all-reduce crosses hosts. bf16 reductions cross
+  hosts point to point (a pairwise reduce-scatter, then an all-gather: src/comm/comm_p2p.c; MPI has
+  no bf16 sum), 2 x 127/128 of the shard like the fp32 all-reduce.
 - Time is a **lower bound** of the communication time per step: bytes / bandwidth on the busier link
   class (a host's NIC, or one rank's intra-host link), with no latency, no congestion, and the two link
   classes (and compute) overlapping perfectly. A real step takes at least this long, plus compute
@@ -68,9 +68,9 @@ How far to trust it: at 4 ranks on 2 hosts of a network-namespace bed (tests/mul
 eth0's tx_bytes per host, a 6-step run minus a 1-step run) the busiest host's NIC sends the predicted
 bytes per step within 1% for FULL_SHARD, HYBRID_SHARD and DDP, fp32 and bf16 (TCP/IP headers and MPI
 envelopes are the difference). The other host is not always as busy: Open MPI's fp32 reduce-scatter
-reduces to rank 0 and then scatters (rank 0's host sends half its pairwise share, and receives more),
-and its fp32 all-reduce on 4 ranks sends half as much from host 1; bf16 collectives (all-to-all,
-all-gather) are pairwise. At 128 hosts Open MPI picks other algorithms (rings, recursive halving,
+reduces to rank 0 and then scatters where `FSDP_COMM_ALGO=mpi` selects it (rank 0's host sends half
+its pairwise share, and receives more), and its fp32 all-reduce on 4 ranks sends half as much from
+host 1; our reduce-scatters and bf16 all-reduces across hosts are pairwise (the default). At 128 hosts Open MPI picks other algorithms (rings, recursive halving,
 trees), which send less or more off a host than the pairwise model, and a root-based algorithm makes
 the root's host *receive* far more than any host sends: none of that is in these numbers. Use them to
 compare strategies and precisions, and as the bound a pairwise schedule cannot beat on these links.

@@ -67,6 +67,14 @@ static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, i
     return bf16 + (in->bf16_emulated ? fp32 : 0.0);
 }
 
+// Scratch of one point-to-point reduction over g ranks whose block (this rank's part) is `block`
+// elements of esize bytes: 2 rounds in flight x (g - 1) messages of min(block, 4 MiB) (comm_p2p.c).
+static double p2p_bytes(int64_t g, int64_t block, double esize) {
+    double chunk = (double)(4 << 20) / esize;
+    double m = (double)block < chunk ? (double)block : chunk;
+    return 2.0 * (double)(g - 1) * m * esize;
+}
+
 fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     fsdp_plan p;
     memset(&p, 0, sizeof p);
@@ -109,24 +117,27 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     if (root_padded > max_unit) max_unit = root_padded;
     int R = replicated ? 1 : world / G;
     int shm_replica = in->shared_memory && R > 1 && p.hosts == 1;
-    double window = 0.0, bf16_gather = 0.0;
+    // Without shared memory, reduce-scatters (and bf16 all-reduces) run point to point (comm_p2p.c): a
+    // scratch of 2 rounds x (g - 1) peers x one message of min(block, 4 MiB) for the collective in flight;
+    // fp32 all-reduces go through MPI_Allreduce (no scratch of ours).
+    double window = 0.0, p2p_scratch = 0.0;
     if (replicated && world > 1) {  // each unit's gradients, all-reduced over the world
         if (shm_world) window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
-        else if (in->reduce_bf16) bf16_gather = max2(bf16_gather, 2.0 * world * max_unit);
+        else if (in->reduce_bf16) p2p_scratch = max2(p2p_scratch, p2p_bytes(world, (max_unit + world - 1) / world, ge));
     }
     if (!replicated && G > 1 && zero_copy) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
         if (root_padded) window += 2.0 * round_up((int64_t)(ge * root_padded), 64);
     } else if (!replicated && G > 1 && shm_shard) {  // every unit's reduce-scatter and all-gather goes through the window
         double pe = in->param_bf16 ? 2.0 : 4.0;
         window += max2(2.0 * round_up((int64_t)(ge * max_unit), 64), 2.0 * round_up((int64_t)(pe * max_shard), 64));
-    } else if (!replicated && G > 1 && in->reduce_bf16) {  // plain MPI: the bf16 all-to-all's scratch
-        bf16_gather = max2(bf16_gather, 2.0 * max_unit);
+    } else if (!replicated && G > 1) {  // plain MPI: the point-to-point reduce-scatter's scratch
+        p2p_scratch = max2(p2p_scratch, p2p_bytes(G, max_shard, ge));
     }
     if (!replicated && R > 1) {  // HYBRID_SHARD: each unit's reduced shard, all-reduced over the replicas
         if (shm_replica) window += 2.0 * round_up((int64_t)(ge * max_shard), 64);
-        else if (in->reduce_bf16) bf16_gather = max2(bf16_gather, 2.0 * R * max_shard);
+        else if (in->reduce_bf16) p2p_scratch = max2(p2p_scratch, p2p_bytes(R, (max_shard + R - 1) / R, ge));
     }
-    p.communication += window + bf16_gather;
+    p.communication += window + p2p_scratch;
 
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
@@ -165,15 +176,15 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double block_n = (double)block_padded, root_n = (double)root_padded;
     double shard_bytes, replica_bytes = 0.0;  // rank 0's bytes per step in its shard group (or the world), replica group
     if (replicated) {
-        // bf16 all-reduce without shared memory is an all-gather of every rank's buffer (MPI has no bf16 sum)
-        double ar = world <= 1 ? 0.0 : in->reduce_bf16 && !shm_world ? (double)(world - 1)
-                                                                   : 2.0 * (world - 1) / world;
+        // every all-reduce sends 2 (n - 1) / n of the buffer: shared memory, MPI_Allreduce (fp32), and the
+        // point-to-point reduce-scatter + all-gather that bf16 takes without shared memory (comm_p2p.c)
+        double ar = world <= 1 ? 0.0 : 2.0 * (world - 1) / world;
         shard_bytes = ar * ge * ((double)n_block_units * block_n + root_n) * in->grad_accum;
         G = world;  // the group the all-reduces run over
     } else {
         double ag = frac * pe * ((double)n_block_units * block_n * gathers + root_n);
         double rs = frac * ge * ((double)n_block_units * block_n + root_n);
-        double rf = in->reduce_bf16 && !shm_replica ? (double)(R - 1) : 2.0 * (R - 1) / R;
+        double rf = 2.0 * (R - 1) / R;  // as the all-reduce above
         double replica = R > 1 ? rf * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
         shard_bytes = (ag + rs) * in->grad_accum;
         replica_bytes = replica * in->grad_accum;
