@@ -115,6 +115,7 @@ void fsdp_comm_free(fsdp_comm *c) {
     if (!c) return;
     if (c->backend == COMM_MPI) {
         comm_shm_free(c);
+        comm_p2p_release_spare(c);
         // teardown: nothing left to report a failure to, and the process is ending or moving on
         (void)MPI_Comm_free(&c->mpi);
         if (c->owns_mpi) (void)MPI_Finalize();

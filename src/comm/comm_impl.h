@@ -27,6 +27,8 @@ struct fsdp_comm {
     int check_sequence;  // FSDP_DEBUG=DETAIL: compare (call, kind, count, elements per MPI call) across ranks first
     int64_t calls_issued;  // collectives issued on this group (the sequence number)
     int64_t p2p_seq;       // point-to-point reductions started on this group (their message tags)
+    unsigned char *p2p_spare;  // (p2p_spare_bytes,) the scratch of the last finished point-to-point reduction,
+    size_t p2p_spare_bytes;    // kept for the next one (no allocation and first touch per collective)
     fsdp_comm_stats stats;
     char host[MPI_MAX_PROCESSOR_NAME];  // this process's host (MPI_Get_processor_name), cached on first use
 };
@@ -115,7 +117,8 @@ fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void 
                            float scale, comm_p2p **p);
 fsdp_status comm_p2p_test(comm_p2p *p, int *done);  // progresses: posts further rounds, sums arrived ones
 fsdp_status comm_p2p_wait(comm_p2p *p);             // completes (p stays allocated)
-void comm_p2p_free(comm_p2p *p);                    // cancels what is still pending (after an error)
+void comm_p2p_free(comm_p2p *p);
+void comm_p2p_release_spare(fsdp_comm *c);  // frees the kept scratch (fsdp_comm_free)                    // cancels what is still pending (after an error)
 // start + wait + free
 fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
                          float scale);

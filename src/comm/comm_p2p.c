@@ -34,6 +34,7 @@ struct comm_p2p {
     size_t posted, finished;    // rounds of this phase posted, completed
     int tag;
     unsigned char *scratch;     // (P2P_DEPTH, size-1, chunk) elements received for this rank's block
+    size_t scratch_bytes;       // its capacity (a kept scratch may be larger than this one needs)
     MPI_Request *reqs;          // (P2P_DEPTH, 2*(size-1))
     int nreq[P2P_DEPTH];
 };
@@ -233,7 +234,16 @@ fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void 
     p->tag = (int)((c->p2p_seq++ & 0x3fff) * 2);  // per collective: several may be in flight on one group
     size_t peers = (size_t)(c->size - 1), per_slot = longest < p->chunk ? longest : p->chunk;
     p->chunk = p->rounds > 1 ? p->chunk : (per_slot ? per_slot : 1);  // one round: scratch of just the block
-    p->scratch = fsdp_alloc(P2P_DEPTH * peers * p->chunk * p->esize, FSDP_MEM_COMM);
+    size_t need = P2P_DEPTH * peers * p->chunk * p->esize;
+    p->scratch_bytes = need;
+    if (c->p2p_spare && c->p2p_spare_bytes >= need) {  // the last reduction's scratch is large enough
+        p->scratch = c->p2p_spare;
+        p->scratch_bytes = c->p2p_spare_bytes;
+        c->p2p_spare = NULL;
+    } else {
+        comm_p2p_release_spare(c);
+        p->scratch = fsdp_alloc(need, FSDP_MEM_COMM);
+    }
     p->reqs = malloc(sizeof(MPI_Request) * P2P_DEPTH * 2 * peers);
     if (!p->scratch || !p->reqs) {
         comm_p2p_free(p);
@@ -266,9 +276,20 @@ void comm_p2p_free(comm_p2p *p) {
                 (void)MPI_Request_free(&p->reqs[i]);
             }
     }
-    fsdp_free(p->scratch);
+    if (!p->c->p2p_spare && p->scratch) {  // kept for the next reduction on this group
+        p->c->p2p_spare = p->scratch;
+        p->c->p2p_spare_bytes = p->scratch_bytes;
+    } else {
+        fsdp_free(p->scratch);
+    }
     free(p->reqs);
     free(p);
+}
+
+void comm_p2p_release_spare(fsdp_comm *c) {
+    fsdp_free(c->p2p_spare);
+    c->p2p_spare = NULL;
+    c->p2p_spare_bytes = 0;
 }
 
 fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,

@@ -118,7 +118,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int R = replicated ? 1 : world / G;
     int shm_replica = in->shared_memory && R > 1 && p.hosts == 1;
     // Without shared memory, reduce-scatters (and bf16 all-reduces) run point to point (comm_p2p.c): a
-    // scratch of 2 rounds x (g - 1) peers x one message of min(block, 4 MiB) for the collective in flight;
+    // scratch of 2 rounds x (g - 1) peers x one message of min(block, 4 MiB), kept by each group for its
+    // next reduction (so a shard group's and a replica group's add up);
     // fp32 all-reduces go through MPI_Allreduce (no scratch of ours).
     double window = 0.0, p2p_scratch = 0.0;
     if (replicated && world > 1) {  // each unit's gradients, all-reduced over the world
@@ -135,7 +136,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     }
     if (!replicated && R > 1) {  // HYBRID_SHARD: each unit's reduced shard, all-reduced over the replicas
         if (shm_replica) window += 2.0 * round_up((int64_t)(ge * max_shard), 64);
-        else if (in->reduce_bf16) p2p_scratch = max2(p2p_scratch, p2p_bytes(R, (max_shard + R - 1) / R, ge));
+        else if (in->reduce_bf16) p2p_scratch += p2p_bytes(R, (max_shard + R - 1) / R, ge);  // its own group's, kept too
     }
     p.communication += window + p2p_scratch;
 
