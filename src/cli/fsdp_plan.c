@@ -60,6 +60,8 @@ static int fill_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fs
     in->limit_all_gathers = f->limit_all_gathers;
     in->activation_checkpointing = f->activation_checkpointing;
     in->shared_memory = !no_shm;
+    const char *algo = fsdp_comm_algo_setting();  // the run's FSDP_COMM_ALGO, read from this environment
+    in->flat_reduce_scatter = strcmp(algo, "p2p") == 0 || strcmp(algo, "mpi") == 0;
     in->zero_copy = fsdp_dev_host_addressable(cfg->device);
     in->param_bf16 = cfg->param_dtype == FSDP_BF16;
     in->reduce_bf16 = cfg->reduce_dtype == FSDP_BF16;

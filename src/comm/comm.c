@@ -30,8 +30,11 @@ static fsdp_status mpi_group(fsdp_comm *c, MPI_Comm m) {
     c->mpi = m;
     FSDP_CHECK(comm_mpi_check(MPI_Comm_rank(m, &c->rank), "MPI_Comm_rank"));
     FSDP_CHECK(comm_mpi_check(MPI_Comm_size(m, &c->size), "MPI_Comm_size"));
-    return c->size > 1 ? comm_shm_setup(c) : FSDP_OK;
+    if (c->size > 1) FSDP_CHECK(comm_shm_setup(c));
+    return c->size > 1 ? comm_hier_setup(c) : FSDP_OK;
 }
+
+fsdp_status comm_group_adopt(fsdp_comm *c, MPI_Comm m) { return mpi_group(c, m); }
 
 // Hands a new communicator to *out, or frees it and returns the error.
 static fsdp_status adopt(fsdp_comm *c, MPI_Comm m, fsdp_comm **out) {
@@ -102,7 +105,7 @@ fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out) {
         return FSDP_OK;
     }
     MPI_Comm m;
-    int rc = MPI_Comm_split_type(parent->mpi, MPI_COMM_TYPE_SHARED, parent->rank, MPI_INFO_NULL, &m);
+    int rc = comm_host_split(parent->mpi, parent->rank, &m);
     fsdp_status s = comm_mpi_check(rc, "MPI_Comm_split_type");
     if (s != FSDP_OK) {
         free(c);
@@ -116,6 +119,7 @@ void fsdp_comm_free(fsdp_comm *c) {
     if (c->backend == COMM_MPI) {
         comm_shm_free(c);
         comm_p2p_release_spare(c);
+        comm_hier_free_groups(c);
         // teardown: nothing left to report a failure to, and the process is ending or moving on
         (void)MPI_Comm_free(&c->mpi);
         if (c->owns_mpi) (void)MPI_Finalize();
@@ -206,6 +210,16 @@ static size_t all_reduce_bytes(const fsdp_comm *c, size_t count, fsdp_dtype dt) 
     return !c->shm && dt == FSDP_BF16 && !comm_use_p2p(c, 1, count, dt) ? count * esize * peers : 2 * count * esize * peers / (size_t)c->size;
 }
 
+// Bytes one rank sends in a reduce-scatter of count elements per rank: one block to every peer, or
+// hierarchically (comm_hier.c) H blocks to each of the L - 1 other ranks on its host and one to each of the
+// H - 1 other hosts.
+static size_t reduce_scatter_bytes(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
+    size_t block = count * fsdp_dtype_size(dt);
+    if (!comm_use_hier(c, count, dt)) return block * (size_t)(c->size - 1);
+    size_t L = (size_t)c->hier_intra->size, H = (size_t)c->hier_cross->size;
+    return block * ((L - 1) * H + H - 1);
+}
+
 static void scale_f32(void *buf, size_t n, float s) {
     float *x = buf;
     for (size_t i = 0; i < n; i++) x[i] *= s;
@@ -286,8 +300,11 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
     FSDP_CHECK(begin(c, "reduce_scatter", 2, count));
     fsdp_status s;
     float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
+    size_t bytes = reduce_scatter_bytes(c, count, dt);
     if (c->shm) {
         s = comm_shm_reduce_scatter(c, send, recv, count, dt, op);
+    } else if (comm_use_hier(c, count, dt)) {
+        s = comm_hier_run(c, send, recv, count, dt, scale);
     } else if (comm_use_p2p(c, 0, count, dt)) {
         s = comm_p2p_run(c, 0, send, recv, count, dt, scale);
     } else if (dt == FSDP_F32) {
@@ -296,7 +313,7 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
     } else {
         s = mpi_reduce_scatter_bf16(c, send, recv, count, op);
     }
-    account(c, t0, count * fsdp_dtype_size(dt) * (size_t)(c->size - 1));
+    account(c, t0, bytes);
     return s;
 }
 
@@ -367,8 +384,15 @@ fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t 
 fsdp_status fsdp_ireduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                  fsdp_reduce_op op, fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
+    float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
+    if (c->backend == COMM_MPI && comm_use_hier(c, count, dt)) {  // in flight for any count and dtype
+        FSDP_CHECK(check_sequence(c, 2, count));
+        (*req)->bytes = reduce_scatter_bytes(c, count, dt);
+        return comm_hier_start(c, send, recv, count, dt, scale, &(*req)->hier);
+    }
     if (c->backend == COMM_MPI && comm_use_p2p(c, 0, count, dt)) {  // in flight for any count and dtype
-        (*req)->bytes = count * fsdp_dtype_size(dt) * (size_t)(c->size - 1);
+        FSDP_CHECK(check_sequence(c, 2, count));
+        (*req)->bytes = reduce_scatter_bytes(c, count, dt);
         return comm_p2p_start(c, 0, send, recv, count, dt, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f,
                               &(*req)->p2p);
     }
@@ -387,6 +411,7 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
                              fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
     if (c->backend == COMM_MPI && comm_use_p2p(c, 1, count, dt)) {
+        FSDP_CHECK(check_sequence(c, 3, count));
         (*req)->bytes = all_reduce_bytes(c, count, dt);
         return comm_p2p_start(c, 1, buf, buf, count, dt, op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f,
                               &(*req)->p2p);
@@ -403,13 +428,13 @@ fsdp_status fsdp_iall_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype d
 }
 
 fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
-    if (req->p2p) {
+    if (req->p2p || req->hier) {
         if (req->accounted) {
             *done = 1;
             return FSDP_OK;
         }
         double t0 = fsdp_now_sec();
-        fsdp_status s = comm_p2p_test(req->p2p, done);
+        fsdp_status s = req->hier ? comm_hier_test(req->hier, done) : comm_p2p_test(req->p2p, done);
         if (s == FSDP_OK && *done) {
             account(req->comm, t0, req->bytes);
             req->accounted = 1;
@@ -431,13 +456,14 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done) {
 fsdp_status fsdp_comm_wait(fsdp_comm_request *req) {
     if (!req) return FSDP_OK;
     fsdp_status s = FSDP_OK;
-    if (req->p2p) {
+    if (req->p2p || req->hier) {
         if (!req->accounted) {
             double t0 = fsdp_now_sec();
-            s = comm_p2p_wait(req->p2p);
+            s = req->hier ? comm_hier_wait(req->hier) : comm_p2p_wait(req->p2p);
             account(req->comm, t0, req->bytes);
         }
         comm_p2p_free(req->p2p);
+        comm_hier_free(req->hier);
     } else if (req->mpi != MPI_REQUEST_NULL) {
         double t0 = fsdp_now_sec();
         s = comm_mpi_check(MPI_Wait(&req->mpi, MPI_STATUS_IGNORE), "MPI_Wait");

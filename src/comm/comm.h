@@ -91,12 +91,15 @@ void fsdp_comm_current(const char **name, double *since);
 // either as MPI's collectives or point to point (every rank sends block q to rank q and sums what it
 // receives in rank order: the same bits as the shared-memory path, and the bytes of a ring). The
 // environment variable FSDP_COMM_ALGO (read once; every rank must use the same) picks: `mpi`, `p2p`, or
-// `auto` (default, also for unknown values: the path measured faster, docs/decisions.md). The
+// `auto` (default, also for unknown values: the path measured faster, docs/decisions.md), or `hier`
+// (as auto). auto and hier reduce-scatter hierarchically on a group laid out host by host with several
+// ranks per host (shared memory within the host, then point to point across: comm_hier.c); p2p and mpi
+// keep every reduce-scatter flat. The
 // point-to-point forms are nonblocking for any count and dtype. fp32 sums over MPI's own collectives are
 // in MPI's order.
-const char *fsdp_comm_algo_setting(void);  // "auto", "mpi" or "p2p"
+const char *fsdp_comm_algo_setting(void);  // "auto", "mpi", "p2p" or "hier"
 // The path a reduce-scatter (all_reduce 0, count per rank) or an all-reduce (all_reduce 1) of count
-// elements of dt takes on c: "local", "shm", "mpi" or "p2p"
+// elements of dt takes on c: "local", "shm", "mpi", "p2p" or "hier" (reduce-scatters only)
 const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt);
 
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.

@@ -29,6 +29,10 @@ struct fsdp_comm {
     int64_t p2p_seq;       // point-to-point reductions started on this group (their message tags)
     unsigned char *p2p_spare;  // (p2p_spare_bytes,) the scratch of the last finished point-to-point reduction,
     size_t p2p_spare_bytes;    // kept for the next one (no allocation and first touch per collective)
+    struct fsdp_comm *hier_intra;  // the group's ranks on this host (shared memory) when it reduce-scatters
+    struct fsdp_comm *hier_cross;  // hierarchically (comm_hier.c): and its ranks of this local index, one per host
+    unsigned char *hier_spare;     // (hier_spare_bytes,) the last hierarchical reduce-scatter's partial sums, kept
+    size_t hier_spare_bytes;
     fsdp_comm_stats stats;
     char host[MPI_MAX_PROCESSOR_NAME];  // this process's host (MPI_Get_processor_name), cached on first use
 };
@@ -40,11 +44,13 @@ typedef struct shm_region {
 } shm_region;
 
 typedef struct comm_p2p comm_p2p;
+typedef struct comm_hier comm_hier;
 
 struct fsdp_comm_request {
     fsdp_comm *comm;
     MPI_Request mpi;     // MPI_REQUEST_NULL when already complete
     comm_p2p *p2p;       // a point-to-point reduction in flight (comm_p2p.c), or NULL
+    comm_hier *hier;     // a hierarchical reduce-scatter in flight (comm_hier.c), or NULL
     int accounted;       // its bytes and time are in the statistics already
     float *scale_buf;    // AVG: divide these `scale_count` floats by the group size at completion
     size_t scale_count;
@@ -81,6 +87,9 @@ fsdp_status comm_mpi_iallreduce(void *buf, size_t count, MPI_Datatype t, MPI_Op 
 // MPI calls with a count this process has issued so far, every piece counted (for tests)
 size_t fsdp_comm_mpi_calls(void);
 
+// MPI_Comm_split_type(m, MPI_COMM_TYPE_SHARED, key): m's ranks on this host. For tests on one machine,
+// FSDP_COMM_RANKS_PER_HOST=k (read once) pretends hosts of k consecutive world ranks. Returns MPI's code.
+int comm_host_split(MPI_Comm m, int key, MPI_Comm *out);
 // Collective over m: how many of m's ranks (this one included) may run on one of this process's CPUs;
 // -1 when the affinity masks cannot be read or exchanged (comm_node.c)
 int comm_sharing_ranks(MPI_Comm m);
@@ -104,12 +113,16 @@ void fsdp_comm_mpi_count_call(void);
 
 // Point-to-point reductions for MPI groups without shared memory (comm_p2p.c).
 // FSDP_COMM_ALGO (read once): auto (default), mpi (MPI's collectives), p2p (comm_p2p.c)
-enum { COMM_ALGO_AUTO = 0, COMM_ALGO_MPI = 1, COMM_ALGO_P2P = 2 };
+// hier: as auto, and reduce-scatters hierarchically where the group's layout allows (comm_hier.c);
+// auto does that too: p2p and mpi keep every reduce-scatter flat.
+enum { COMM_ALGO_AUTO = 0, COMM_ALGO_MPI = 1, COMM_ALGO_P2P = 2, COMM_ALGO_HIER = 3 };
 int comm_algo(void);
 // 1 when a reduce-scatter (all_reduce 0; count per rank) or all-reduce (count: the buffer) of dtype dt on
 // c runs point to point: never on shared memory or one rank; FSDP_COMM_ALGO=p2p/mpi decide, auto picks
 // the path measured faster. A function of (group, kind, count, dt) only: the same on every rank.
 int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt);
+// 1 when a reduce-scatter of count elements per rank of dt on c runs hierarchically (comm_hier.c)
+int comm_use_hier(const fsdp_comm *c, size_t count, fsdp_dtype dt);
 // Starts: all_reduce 0: out (count,) = scale * sum over ranks in rank order of send (size, count) block
 // `rank`; all_reduce 1: out (count,) = scale * the rank-order sum of every rank's send (count,), where
 // out == send (in place). bf16 payloads are summed in fp32 and rounded once (comm_sum_bf16).
@@ -117,8 +130,25 @@ fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void 
                            float scale, comm_p2p **p);
 fsdp_status comm_p2p_test(comm_p2p *p, int *done);  // progresses: posts further rounds, sums arrived ones
 fsdp_status comm_p2p_wait(comm_p2p *p);             // completes (p stays allocated)
-void comm_p2p_free(comm_p2p *p);
-void comm_p2p_release_spare(fsdp_comm *c);  // frees the kept scratch (fsdp_comm_free)                    // cancels what is still pending (after an error)
+void comm_p2p_free(comm_p2p *p);                // cancels what is still pending (after an error)
+void comm_p2p_release_spare(fsdp_comm *c);  // frees the kept scratch (fsdp_comm_free)
 // start + wait + free
 fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
                          float scale);
+
+// Hierarchical reduce-scatters (comm_hier.c) for groups laid out host by host with several ranks per host.
+// Takes m into c as a process group (shared memory, hierarchy); the caller frees c on failure.
+fsdp_status comm_group_adopt(fsdp_comm *c, MPI_Comm m);
+// Collective over c (no shared memory of its own): sets c->hier_intra and c->hier_cross where the layout
+// allows (rank = host * L + local index, the same L > 1 everywhere, more than one host), else leaves them NULL.
+fsdp_status comm_hier_setup(fsdp_comm *c);
+void comm_hier_free_groups(fsdp_comm *c);      // fsdp_comm_free
+int comm_hier_ranks_per_host(const fsdp_comm *c);  // L where c reduce-scatters hierarchically, else 0
+// Starts: out (count,) = scale * sum over ranks of send (size, count) block `rank` (comm_hier.c's order).
+// The shared-memory step runs here; the point-to-point one is left in flight.
+fsdp_status comm_hier_start(fsdp_comm *c, const void *send, void *out, size_t count, fsdp_dtype dt, float scale,
+                            comm_hier **h);
+fsdp_status comm_hier_test(comm_hier *h, int *done);
+fsdp_status comm_hier_wait(comm_hier *h);
+void comm_hier_free(comm_hier *h);
+fsdp_status comm_hier_run(fsdp_comm *c, const void *send, void *out, size_t count, fsdp_dtype dt, float scale);

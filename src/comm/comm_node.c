@@ -21,6 +21,18 @@ int fsdp_launcher_local_ranks(int *bound) {
     return 0;
 }
 
+int comm_host_split(MPI_Comm m, int key, MPI_Comm *out) {
+    static int per_host = -1;  // FSDP_COMM_RANKS_PER_HOST, read once (0: unset)
+    if (per_host < 0) {
+        const char *v = getenv("FSDP_COMM_RANKS_PER_HOST");
+        per_host = v && atoi(v) > 0 ? atoi(v) : 0;
+    }
+    if (!per_host) return MPI_Comm_split_type(m, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, out);
+    int world_rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    return MPI_Comm_split(m, world_rank / per_host, key, out);
+}
+
 int comm_sharing_ranks(MPI_Comm m) {
     cpu_set_t mine;
     CPU_ZERO(&mine);

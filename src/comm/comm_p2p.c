@@ -49,6 +49,7 @@ static void read_algo(void) {
     if (!v || !*v || strcmp(v, "auto") == 0) algo_env = COMM_ALGO_AUTO;
     else if (strcmp(v, "mpi") == 0) algo_env = COMM_ALGO_MPI;
     else if (strcmp(v, "p2p") == 0) algo_env = COMM_ALGO_P2P;
+    else if (strcmp(v, "hier") == 0) algo_env = COMM_ALGO_HIER;
 }
 
 int comm_algo(void) {
@@ -57,14 +58,21 @@ int comm_algo(void) {
 }
 
 const char *fsdp_comm_algo_setting(void) {
-    static const char *names[] = {"auto", "mpi", "p2p"};
+    static const char *names[] = {"auto", "mpi", "p2p", "hier"};
     return names[comm_algo()];
+}
+
+int comm_use_hier(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
+    (void)count, (void)dt;
+    int a = comm_algo();
+    return c->backend == COMM_MPI && c->hier_intra && (a == COMM_ALGO_AUTO || a == COMM_ALGO_HIER);
 }
 
 int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
     (void)count;
     if (c->backend != COMM_MPI || c->shm || c->size == 1) return 0;
     int a = comm_algo();
+    if (a == COMM_ALGO_HIER) return !all_reduce || dt == FSDP_BF16;  // as auto, where no hierarchy applies
     if (a != COMM_ALGO_AUTO) return a == COMM_ALGO_P2P;
     // auto, as measured across hosts (docs/bench.md, "Collectives across hosts"): reduce-scatters point to
     // point at every size (MPI_Reduce_scatter_block ran at 0.1-0.6x of all-gather's bandwidth, these at
@@ -76,6 +84,7 @@ int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt
 const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
     if (c->backend != COMM_MPI || c->size == 1) return "local";
     if (c->shm) return "shm";
+    if (!all_reduce && comm_use_hier(c, count, dt)) return "hier";
     return comm_use_p2p(c, all_reduce, count, dt) ? "p2p" : "mpi";
 }
 

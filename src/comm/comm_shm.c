@@ -74,8 +74,7 @@ static void barrier_wait(fsdp_comm *c) {
 fsdp_status comm_shm_setup(fsdp_comm *c) {
     c->shm = 0;
     MPI_Comm node;
-    FSDP_CHECK(comm_mpi_check(MPI_Comm_split_type(c->mpi, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node),
-                              "MPI_Comm_split_type"));
+    FSDP_CHECK(comm_mpi_check(comm_host_split(c->mpi, 0, &node), "MPI_Comm_split_type"));
     int node_size = 0;
     fsdp_status s = comm_mpi_check(MPI_Comm_size(node, &node_size), "MPI_Comm_size");
     (void)MPI_Comm_free(&node);

@@ -28,6 +28,8 @@ typedef struct {
                           // group is a host
     double intra_host_gbps;  // GB/s (1e9 bytes/s) one rank sends to ranks on its own host (0: 20)
     double inter_host_gbps;  // GB/s one host's NIC sends to other hosts (0: 12.5, a 100 Gb/s NIC)
+    int flat_reduce_scatter;  // 1: a shard group spanning hosts with several of its ranks on each reduce-scatters
+                              // flat (FSDP_COMM_ALGO=p2p or mpi); 0 (the default): hierarchically (comm_hier.c)
     int zero_copy;        // shards and gradient staging in the window's shared memory: the cpu device on
                           // shared memory (the guard device keeps them in device memory: 0)
     int param_bf16;       // MixedPrecision param_dtype bf16 (all-gathers of 2 bytes per element)

@@ -40,6 +40,12 @@ static fsdp_status group_nodes(fsdp_comm *c, int *nodes, int *whole) {
     return FSDP_OK;
 }
 
+// ", reduce-scatters hierarchical (...)" when a shard group's gradients reduce that way (comm_hier.c), else ""
+static const char *hier_note(const fsdp_state *s, const fsdp_comm *shard) {
+    if (s->replicated || strcmp(fsdp_comm_path(shard, 0, 1, s->cfg.reduce_dtype), "hier") != 0) return "";
+    return " (reduce-scatters hierarchical: shared memory within each node, then one exchange across nodes)";
+}
+
 // One line for the summary: how the groups lie over the nodes (hosts), e.g. "groups: world 4 ranks on
 // 2 nodes; shard group of 2 ranks per node (node h0), replica group of 2 across nodes". Collective.
 static fsdp_status describe_groups(fsdp_state *s) {
@@ -52,8 +58,8 @@ static fsdp_status describe_groups(fsdp_state *s) {
     n = snprintf(b, cap, "groups: world %d ranks on %d node%s (rank 0 on %s); ", N, nodes, nodes == 1 ? "" : "s",
                  fsdp_comm_host(s->world));
     if (!s->replica_comm) {
-        snprintf(b + n, cap - (size_t)n, "%s", s->replicated ? "every rank holds everything (one group: the world)"
-                                                              : "one shard group: the world");
+        snprintf(b + n, cap - (size_t)n, "%s%s", s->replicated ? "every rank holds everything (one group: the world)"
+                                                                : "one shard group: the world", hier_note(s, s->world));
         return FSDP_OK;
     }
     int snodes = 0, swhole = 0, rnodes = 0, rwhole = 0;
@@ -69,7 +75,7 @@ static fsdp_status describe_groups(fsdp_state *s) {
         n += snprintf(b + n, cap - (size_t)n, "shard group of %d ranks within one node (node %s)", K,
                       fsdp_comm_host(s->shard_comm));
     else
-        n += snprintf(b + n, cap - (size_t)n, "shard group of %d ranks spanning nodes", K);
+        n += snprintf(b + n, cap - (size_t)n, "shard group of %d ranks spanning nodes%s", K, hier_note(s, s->shard_comm));
     if (across > N - 0.5)
         snprintf(b + n, cap - (size_t)n, ", replica group of %d across nodes", M);
     else

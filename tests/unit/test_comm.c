@@ -95,7 +95,14 @@ static void check_group(fsdp_comm *c, const char *label) {
         int bad = 0;
         for (size_t i = 0; i < n; i++) {
             float want = 0.0f, want_avg = 0.0f;
-            for (int q = 0; q < N; q++) want += fsdp_bf16_to_f32(fsdp_f32_to_bf16(input(q, (size_t)R * n + i)));
+            // hierarchically (FSDP_COMM_RANKS_PER_HOST=L): each host's partial rounded to bf16 first
+            const char *hv = getenv("FSDP_COMM_RANKS_PER_HOST");
+            int L = strcmp(fsdp_comm_path(c, 0, n, FSDP_BF16), "hier") == 0 && hv ? atoi(hv) : N;
+            for (int h = 0; h < N / L; h++) {
+                float part = 0.0f;
+                for (int q = h * L; q < h * L + L; q++) part += fsdp_bf16_to_f32(fsdp_f32_to_bf16(input(q, (size_t)R * n + i)));
+                want += L < N ? fsdp_bf16_to_f32(fsdp_f32_to_bf16(part)) : part;
+            }
             for (int q = 0; q < N; q++) want_avg += fsdp_bf16_to_f32(fsdp_f32_to_bf16(input(q, i)));
             bad += fsdp_bf16_to_f32(r[i]) != fsdp_bf16_to_f32(fsdp_f32_to_bf16(want));
             bad += fsdp_bf16_to_f32(a[i]) != fsdp_bf16_to_f32(fsdp_f32_to_bf16(want_avg * (1.0f / (float)N)));
@@ -274,6 +281,31 @@ static float rank_order_sum(int N, size_t at, fsdp_dtype dt, float scale, int re
     return dt == FSDP_BF16 ? fsdp_bf16_to_f32(fsdp_f32_to_bf16(acc)) : acc;
 }
 
+// The hierarchical reduce-scatter's sum (comm_hier.c) over N ranks in hosts of L consecutive ranks: each
+// host's inputs added in rank order (bf16: rounded to bf16), then the hosts' partials in host order,
+// times scale, rounded once more for bf16.
+static float host_order_sum(int N, int L, size_t at, fsdp_dtype dt, float scale) {
+    float acc = 0.0f;
+    for (int h = 0; h < N / L; h++) {
+        float part = 0.0f;
+        for (int k = 0; k < L; k++) {
+            float x = order_input(h * L + k, at);
+            if (dt == FSDP_BF16) x = fsdp_bf16_to_f32(fsdp_f32_to_bf16(x));
+            part = k == 0 ? x : part + x;
+        }
+        if (dt == FSDP_BF16) part = fsdp_bf16_to_f32(fsdp_f32_to_bf16(part));
+        acc = h == 0 ? part : acc + part;
+    }
+    if (scale != 1.0f) acc *= scale;
+    return dt == FSDP_BF16 ? fsdp_bf16_to_f32(fsdp_f32_to_bf16(acc)) : acc;
+}
+
+// FSDP_COMM_RANKS_PER_HOST: the pretended hosts' size (0: real hosts)
+static int pretend_ranks_per_host(void) {
+    const char *v = getenv("FSDP_COMM_RANKS_PER_HOST");
+    return v ? atoi(v) : 0;
+}
+
 static void put_order(void *buf, fsdp_dtype dt, size_t i, size_t at, int r) {
     if (dt == FSDP_F32) ((float *)buf)[i] = order_input(r, at);
     else ((fsdp_bf16 *)buf)[i] = fsdp_f32_to_bf16(order_input(r, at));
@@ -341,7 +373,9 @@ static void check_rank_order(fsdp_comm *c, const char *label) {
                             if (a) poll(a);
                         }
                         for (size_t i = 0; rs_on && i < n; i++) {
-                            float want = rank_order_sum(N, (size_t)R * n + i, dt, scale, 0);
+                            int L = strcmp(rs_path, "hier") == 0 ? pretend_ranks_per_host() : 0;
+                            float want = L ? host_order_sum(N, L, (size_t)R * n + i, dt, scale)
+                                           : rank_order_sum(N, (size_t)R * n + i, dt, scale, 0);
                             float got = get_val(out, dt, i);
                             bad += memcmp(&got, &want, sizeof got) != 0;
                             if (dt == FSDP_F32) sensitive += want != rank_order_sum(N, (size_t)R * n + i, dt, scale, 1);
@@ -393,6 +427,17 @@ int main(int argc, char **argv) {
     CHECK(fsdp_comm_split(world, R % 2, R, &half) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(half), (N + 1 - R % 2) / 2);
     check_group(half, "split");
+    int per_host = pretend_ranks_per_host();
+    const char *algo = fsdp_comm_algo_setting();
+    if (per_host > 1 && N > per_host && N % per_host == 0) {  // pretended hosts: the world reduce-scatters
+        int flat = strcmp(algo, "p2p") == 0 || strcmp(algo, "mpi") == 0;  // hierarchically unless told not to
+        const char *path = fsdp_comm_path(world, 0, 10, FSDP_F32);
+        if (strcmp(path, flat ? algo : "hier") != 0) {
+            fprintf(stderr, "world of %d in hosts of %d, FSDP_COMM_ALGO=%s: reduce-scatter path %s\n", N, per_host,
+                    algo, path);
+            CHECK(0);
+        }
+    }
     check_rank_order(world, "world");
     check_rank_order(half, "split");
     check_pieces(world, "world", 0);
@@ -407,7 +452,7 @@ int main(int argc, char **argv) {
         fsdp_comm_set_max_count(0);
     }
     CHECK(fsdp_comm_split_node(world, &node) == FSDP_OK);
-    CHECK_EQ_INT(fsdp_comm_size(node), N);
+    CHECK_EQ_INT(fsdp_comm_size(node), per_host > 0 && per_host < N ? (R / per_host < N / per_host ? per_host : N % per_host) : N);
     fsdp_comm_stats st = fsdp_comm_get_stats(world);
     if (N > 1) CHECK(st.calls > 0 && st.bytes_sent > 0);
     if (R == 0) printf("backend %s, %d ranks\n", fsdp_comm_backend(world), N);
