@@ -14,7 +14,14 @@ int main(int argc, char **argv) {
     fsdp_comm *w = NULL;
     if (fsdp_comm_world(&w, &argc, &argv) != FSDP_OK) return 1;
     int R = fsdp_comm_rank(w), N = fsdp_comm_size(w);
-    size_t max_bytes = (size_t)256 << 20;
+    size_t min_bytes = (size_t)64 << 10, max_bytes = (size_t)256 << 20;  // comm-bench [MIN_BYTES [MAX_BYTES]]
+    if (argc > 1) min_bytes = strtoull(argv[1], NULL, 10);
+    if (argc > 2) max_bytes = strtoull(argv[2], NULL, 10);
+    if (min_bytes < 4096 || max_bytes < min_bytes) {
+        fprintf(stderr, "comm-bench: want 4096 <= MIN_BYTES <= MAX_BYTES, got %zu and %zu\n", min_bytes, max_bytes);
+        fsdp_comm_free(w);
+        return 2;
+    }
     float *a = malloc(max_bytes), *b = malloc(max_bytes);
     memset(a, 0, max_bytes);
     memset(b, 0, max_bytes);
@@ -24,7 +31,7 @@ int main(int argc, char **argv) {
         printf("# %d ranks, backend %s, FSDP_COMM_ALGO %s\n# %-10s %-22s %10s %10s %10s %5s\n", N,
                fsdp_comm_backend(w), fsdp_comm_algo_setting(), "bytes", "collective", "time_us", "algbw_GBs",
                "busbw_GBs", "path");
-    for (size_t bytes = 64 << 10; bytes <= max_bytes; bytes *= 4) {
+    for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 4) {
         size_t total = bytes / sizeof(float), per = total / (size_t)N;
         for (int coll = 0; coll < 5; coll++) {
             if (coll >= 3 && !shared) continue;

@@ -15,7 +15,7 @@ trap '"$mh" down "$bed"' EXIT INT TERM
 "$mh" down "$bed"
 "$mh" up "$bed" 2 $rate >/dev/null
 export OMP_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc) cores; $(mpirun --version | head -1)"
+echo "# $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(nproc --all) cores; $(mpirun --version | head -1)"
 for per in 1 2; do
     for algo in mpi p2p auto; do
         echo "## 2 hosts x $per ranks, FSDP_COMM_ALGO=$algo"

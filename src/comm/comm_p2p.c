@@ -17,7 +17,9 @@
 #include "comm/comm_impl.h"
 #include "core/alloc.h"
 
-enum { P2P_CHUNK_BYTES = 4 << 20, P2P_DEPTH = 2 };
+// 1 MiB messages: across the bed's hosts 2 MiB and larger ran a 256 MiB reduce-scatter at 0.2-0.4 GB/s against
+// 1.6-1.9 GB/s with 1 MiB or smaller (and 1.8-2.1 at 64 MiB either way: docs/bench.md, "Collectives across hosts")
+enum { P2P_CHUNK_BYTES = 1 << 20, P2P_DEPTH = 2 };
 
 struct comm_p2p {
     fsdp_comm *c;
@@ -86,6 +88,22 @@ const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsd
     if (c->shm) return "shm";
     if (!all_reduce && comm_use_hier(c, count, dt)) return "hier";
     return comm_use_p2p(c, all_reduce, count, dt) ? "p2p" : "mpi";
+}
+
+// Bytes per message: P2P_CHUNK_BYTES, or FSDP_COMM_P2P_CHUNK_BYTES (read once, 4 KiB..1 GiB; for tuning:
+// every rank must use the same)
+static size_t chunk_env = P2P_CHUNK_BYTES;
+static pthread_once_t chunk_once = PTHREAD_ONCE_INIT;
+
+static void read_chunk(void) {
+    const char *v = getenv("FSDP_COMM_P2P_CHUNK_BYTES");
+    long long n = v ? atoll(v) : 0;
+    if (n >= 4096 && n <= (1LL << 30)) chunk_env = (size_t)n;
+}
+
+static size_t p2p_chunk_bytes(void) {
+    pthread_once(&chunk_once, read_chunk);
+    return chunk_env;
 }
 
 // ---- sums in rank order
@@ -233,7 +251,7 @@ fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void 
     p->out = out;
     p->count = count;
     p->scale = scale;
-    size_t lim = fsdp_comm_max_count(), by_bytes = (size_t)P2P_CHUNK_BYTES / p->esize;
+    size_t lim = fsdp_comm_max_count(), by_bytes = p2p_chunk_bytes() / p->esize;
     size_t by_int = (size_t)INT_MAX;  // messages count elements (MPI_FLOAT, MPI_UINT16_T)
     p->chunk = lim < by_bytes ? lim : by_bytes;
     if (p->chunk > by_int) p->chunk = by_int;

@@ -68,9 +68,9 @@ static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, i
 }
 
 // Scratch of one point-to-point reduction over g ranks whose block (this rank's part) is `block`
-// elements of esize bytes: 2 rounds in flight x (g - 1) messages of min(block, 4 MiB) (comm_p2p.c).
+// elements of esize bytes: 2 rounds in flight x (g - 1) messages of min(block, 1 MiB) (comm_p2p.c).
 static double p2p_bytes(int64_t g, int64_t block, double esize) {
-    double chunk = (double)(4 << 20) / esize;
+    double chunk = (double)(1 << 20) / esize;
     double m = (double)block < chunk ? (double)block : chunk;
     return 2.0 * (double)(g - 1) * m * esize;
 }
@@ -120,7 +120,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int hier_m = !replicated && in->shared_memory && !in->flat_reduce_scatter && G > P && P > 1 && G % P == 0 ? P : 0;
     int shm_replica = in->shared_memory && R > 1 && p.hosts == 1;
     // Without shared memory, reduce-scatters (and bf16 all-reduces) run point to point (comm_p2p.c): a
-    // scratch of 2 rounds x (g - 1) peers x one message of min(block, 4 MiB), kept by each group for its
+    // scratch of 2 rounds x (g - 1) peers x one message of min(block, 1 MiB), kept by each group for its
     // next reduction (so a shard group's and a replica group's add up);
     // fp32 all-reduces go through MPI_Allreduce (no scratch of ours).
     double window = 0.0, p2p_scratch = 0.0;
