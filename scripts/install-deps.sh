@@ -3,7 +3,7 @@
 # As root it runs apt-get; otherwise it prints the exact line to run and fails.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libopenmpi-dev openmpi-bin libopenblas-dev libomp-dev
-      python3-torch python3-numpy gnuplot-nox clang-14 libclang-rt-14-dev)
+      python3-torch python3-numpy python3-regex gnuplot-nox clang-14 libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

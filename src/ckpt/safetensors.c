@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/json.h"
 #include "tensor/tensor.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -72,168 +73,46 @@ static fsdp_status pread_full(const st_file *f, uint64_t off, void *dst, uint64_
 
 // ---------------------------------------------------------------- JSON header parser
 
-typedef struct {
-    const char *s;       // header text, (n,)
-    size_t n, pos;
-    const char *path;    // for messages
-    const char *tensor;  // tensor being parsed, or NULL
-} jparser;
-
-// Records a FSDP_ERR_FORMAT message about the header at the current position.
-static fsdp_status jerr(const jparser *p, const char *what) {
-    return fsdp_error(FSDP_ERR_FORMAT, "%s: invalid JSON header at byte %zu%s%s%s: %s", p->path, p->pos,
-                      p->tensor ? " (tensor '" : "", p->tensor ? p->tensor : "", p->tensor ? "')" : "", what);
-}
-
-// Skips whitespace and returns the next character, or -1 at the end.
-static int jpeek(jparser *p) {
-    while (p->pos < p->n && p->s[p->pos] && strchr(" \t\r\n", p->s[p->pos])) p->pos++;
-    return p->pos < p->n ? (unsigned char)p->s[p->pos] : -1;
-}
-
-// Consumes character c (after whitespace) or fails.
-static fsdp_status jexpect(jparser *p, char c) {
-    if (jpeek(p) == (unsigned char)c) {
-        p->pos++;
-        return FSDP_OK;
-    }
-    char msg[32];
-    snprintf(msg, sizeof msg, "expected '%c'", c);
-    return jerr(p, msg);
-}
-
-// Parses the 4 hex digits at s (at least 4 readable bytes) into *out; returns 0 if they are not hex.
-static int hex4(const char *s, uint32_t *out) {
-    static const char digits[] = "0123456789abcdef";
-    *out = 0;
-    for (int i = 0; i < 4; i++) {
-        const char *d = s[i] ? strchr(digits, tolower((unsigned char)s[i])) : NULL;
-        if (!d) return 0;
-        *out = *out * 16 + (uint32_t)(d - digits);
-    }
-    return 1;
-}
-
-// Writes code point cp as UTF-8 to o; returns the byte count (1..4). o: (4,)
-static size_t utf8_put(uint32_t cp, char *o) {
-    static const unsigned char lead[5] = {0, 0x00, 0xC0, 0xE0, 0xF0};
-    size_t n = cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4;
-    for (size_t i = n - 1; i > 0; i--, cp >>= 6) o[i] = (char)(0x80 | (cp & 0x3F));
-    o[0] = (char)(lead[n] | cp);
-    return n;
-}
-
-// Decodes the escape after a backslash at p->pos into o; returns the bytes written, or 0 with *bad
-// set. end: index of the closing quote. o: (4,)
-static size_t junescape(jparser *p, size_t end, char *o, const char **bad) {
-    static const char from[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
-    char e = p->s[p->pos++];
-    const char *q = e ? strchr(from, e) : NULL;
-    uint32_t cp, lo;
-    if (q) {
-        *o = to[q - from];
-        return 1;
-    }
-    if (e != 'u' || p->pos + 4 > end || !hex4(p->s + p->pos, &cp)) {
-        *bad = "invalid escape in string";
-        return 0;
-    }
-    p->pos += 4;
-    if (cp >= 0xD800 && cp < 0xDC00 && p->pos + 6 <= end && p->s[p->pos] == '\\' &&
-        p->s[p->pos + 1] == 'u' && hex4(p->s + p->pos + 2, &lo) && lo >= 0xDC00 && lo < 0xE000) {
-        p->pos += 6;  // a surrogate pair
-        cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
-    }
-    if (cp >= 0xD800 && cp < 0xE000) *bad = "unpaired surrogate in \\u escape";
-    if (cp == 0) *bad = "NUL character in string";
-    return *bad ? 0 : utf8_put(cp, o);
-}
-
-// Parses a JSON string into a malloc'd, NUL-terminated *out (escapes decoded, NUL rejected).
-static fsdp_status jstring(jparser *p, char **out) {
-    *out = NULL;
-    if (jpeek(p) != '"') return jerr(p, "expected a string");
-    size_t start = ++p->pos, end = start;
-    while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
-    if (end >= p->n) return jerr(p, "unterminated string");
-    char *o = malloc(end - start + 1);  // decoding never makes a string longer
-    if (!o) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the header", p->path);
-    size_t k = 0;
-    const char *bad = NULL;
-    while (p->pos < end && !bad) {
-        unsigned char c = (unsigned char)p->s[p->pos++];
-        if (c < 0x20) bad = "control character in string";
-        else if (c != '\\') o[k++] = (char)c;
-        else k += junescape(p, end, o + k, &bad);
-    }
-    if (bad) {
-        free(o);
-        return jerr(p, bad);
-    }
-    o[k] = 0;
-    p->pos = end + 1;
-    *out = o;
-    return FSDP_OK;
-}
-
 // Parses an array of at most `max` integers in [0, INT64_MAX] into out; *count = its length.
 // out: (max,)
-static fsdp_status juint_array(jparser *p, uint64_t *out, int max, int *count) {
+static fsdp_status juint_array(json_parser *p, uint64_t *out, int max, int *count) {
     *count = 0;
-    FSDP_CHECK(jexpect(p, '['));
-    if (jpeek(p) == ']') return jexpect(p, ']');
+    FSDP_CHECK(json_expect(p, '['));
+    if (json_peek(p) == ']') return json_expect(p, ']');
     for (;;) {
-        if (*count == max) return jerr(p, "array too long");
-        int c = jpeek(p);
-        if (c < '0' || c > '9') return jerr(p, "expected a non-negative integer");
+        if (*count == max) return json_error(p, "array too long");
+        int c = json_peek(p);
+        if (c < '0' || c > '9') return json_error(p, "expected a non-negative integer");
         uint64_t v = 0;
         for (; p->pos < p->n && p->s[p->pos] >= '0' && p->s[p->pos] <= '9'; p->pos++) {
             uint64_t d = (uint64_t)(p->s[p->pos] - '0');
-            if (v > ((uint64_t)INT64_MAX - d) / 10) return jerr(p, "integer too large");
+            if (v > ((uint64_t)INT64_MAX - d) / 10) return json_error(p, "integer too large");
             v = v * 10 + d;
         }
         out[(*count)++] = v;
-        if ((c = jpeek(p)) == ']') return jexpect(p, ']');
-        if (c != ',') return jerr(p, "expected ',' or ']'");
+        if ((c = json_peek(p)) == ']') return json_expect(p, ']');
+        if (c != ',') return json_error(p, "expected ',' or ']'");
         p->pos++;
     }
 }
 
-// Inside an object whose '{' is consumed: parses the next `"key":` into a malloc'd *key, or sets
-// *key = NULL after consuming the closing '}'. *first is 1 before the first key.
-static fsdp_status jkey(jparser *p, int *first, char **key) {
-    *key = NULL;
-    int c = jpeek(p);
-    if (c == '}') return jexpect(p, '}');
-    if (!*first && c != ',') return jerr(p, "expected ',' or '}'");
-    p->pos += !*first;
-    *first = 0;
-    FSDP_CHECK(jstring(p, key));
-    fsdp_status s = jexpect(p, ':');
-    if (s != FSDP_OK) {
-        free(*key);
-        *key = NULL;
-    }
-    return s;
-}
-
 // Parses {"dtype": .., "shape": [..], "data_offsets": [begin, end]} into e (e->name already set).
-static fsdp_status parse_tensor(jparser *p, st_entry *e) {
+static fsdp_status parse_tensor(json_parser *p, st_entry *e) {
     char *dtype = NULL, *key = NULL;
     int have_shape = 0, have_offsets = 0, first = 1;
-    fsdp_status s = jexpect(p, '{');
-    while (s == FSDP_OK && (s = jkey(p, &first, &key)) == FSDP_OK && key) {
+    fsdp_status s = json_expect(p, '{');
+    while (s == FSDP_OK && (s = json_key(p, &first, &key)) == FSDP_OK && key) {
         uint64_t v[ST_MAX_DIMS] = {0};
         int k = 0;
         if (!strcmp(key, "dtype") && !dtype) {
-            s = jstring(p, &dtype);
+            s = json_string(p, &dtype);
         } else if (!strcmp(key, "shape") && !have_shape) {
             s = juint_array(p, v, ST_MAX_DIMS, &e->ndim);
             for (int i = 0; i < e->ndim; i++) e->shape[i] = (int64_t)v[i];
             have_shape = 1;
         } else if (!strcmp(key, "data_offsets") && !have_offsets) {
             s = juint_array(p, v, 2, &k);
-            if (s == FSDP_OK && k != 2) s = jerr(p, "data_offsets must be [begin, end]");
+            if (s == FSDP_OK && k != 2) s = json_error(p, "data_offsets must be [begin, end]");
             e->begin = v[0];
             e->end = v[1];
             have_offsets = 1;
@@ -255,14 +134,14 @@ static fsdp_status parse_tensor(jparser *p, st_entry *e) {
 }
 
 // Parses the "__metadata__" object (string -> string) into f->meta.
-static fsdp_status parse_metadata(jparser *p, st_file *f) {
+static fsdp_status parse_metadata(json_parser *p, st_file *f) {
     int first = 1;
-    FSDP_CHECK(jexpect(p, '{'));
+    FSDP_CHECK(json_expect(p, '{'));
     for (;;) {
         char *key, *val = NULL, **m = NULL;
-        FSDP_CHECK(jkey(p, &first, &key));
+        FSDP_CHECK(json_key(p, &first, &key));
         if (!key) return FSDP_OK;
-        fsdp_status s = jstring(p, &val);
+        fsdp_status s = json_string(p, &val);
         if (s == FSDP_OK && st_metadata(f, key))
             s = fsdp_error(FSDP_ERR_FORMAT, "%s: duplicate metadata key '%.64s'", p->path, key);
         if (s == FSDP_OK && !(m = grow(f->meta, &f->metacap, 2 * f->nmeta + 2, sizeof *m)))
@@ -302,17 +181,17 @@ static int utf8_valid(const char *s, size_t n, size_t *bad) {
 }
 
 // Parses the whole header object into f->entries and f->meta.
-static fsdp_status parse_header(jparser *p, st_file *f) {
+static fsdp_status parse_header(json_parser *p, st_file *f) {
     int first = 1, have_meta = 0;
-    FSDP_CHECK(jexpect(p, '{'));
+    FSDP_CHECK(json_expect(p, '{'));
     for (;;) {
         char *key;
         st_entry *grown;
-        FSDP_CHECK(jkey(p, &first, &key));
+        FSDP_CHECK(json_key(p, &first, &key));
         if (!key) break;
         fsdp_status s;
         if (!strcmp(key, "__metadata__")) {
-            s = have_meta ? jerr(p, "repeated __metadata__") : parse_metadata(p, f);
+            s = have_meta ? json_error(p, "repeated __metadata__") : parse_metadata(p, f);
             have_meta = 1;
         } else if (strlen(key) >= ST_NAME_MAX) {
             s = fsdp_error(FSDP_ERR_FORMAT, "%s: tensor name '%.64s...' is longer than %d bytes", p->path,
@@ -323,15 +202,15 @@ static fsdp_status parse_header(jparser *p, st_file *f) {
             f->entries = grown;
             st_entry *e = memset(&f->entries[f->n], 0, sizeof *e);
             strcpy(e->name, key);
-            p->tensor = e->name;
+            p->item = e->name;
             s = parse_tensor(p, e);
-            p->tensor = NULL;
+            p->item = NULL;
             f->n += s == FSDP_OK;
         }
         free(key);
         FSDP_CHECK(s);
     }
-    return jpeek(p) == -1 ? FSDP_OK : jerr(p, "unexpected characters after the header object");
+    return json_peek(p) == -1 ? FSDP_OK : json_error(p, "unexpected characters after the header object");
 }
 
 // ---------------------------------------------------------------- reader
@@ -433,7 +312,7 @@ static fsdp_status parse_file(st_file *f) {
     char *hdr = malloc(hlen + 1);
     if (!hdr) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for the header", f->path);
     f->data_off = 8 + hlen;
-    jparser p = {hdr, (size_t)hlen, 0, f->path, NULL};
+    json_parser p = {hdr, (size_t)hlen, 0, f->path, "JSON header", "tensor", NULL};
     fsdp_status s = pread_full(f, 8, hdr, hlen);
     size_t bad = 0;
     if (s == FSDP_OK && (hlen == 0 || hdr[0] != '{'))  // the format allows no whitespace before it

@@ -13,6 +13,7 @@
 #include "cli/model_config.h"
 #include "cli/train_flags.h"
 #include "core/threads.h"
+#include "data/tokenizer.h"
 #include "fsdp/plan.h"
 #include "kernels/kernels.h"
 
@@ -113,6 +114,21 @@ int main(int argc, char **argv) {
     if (fill_fsdp(prog, f, no_shm, &in, &cfg)) return 2;
     if (train) {
         if (train_resolve_batch(prog, &t, args, nargs, pargc, pargv, world, 1)) return 2;
+        if (t.tokenizer_dir) {  // the model's vocabulary, as fsdp-train takes it from the tokenizer
+            fsdp_tokenizer *tok = NULL;
+            if (fsdp_tokenizer_open(t.tokenizer_dir, &tok) != FSDP_OK) {
+                fprintf(stderr, "%s: --tokenizer: %s\n", prog, fsdp_last_error());
+                return 2;
+            }
+            int n = fsdp_tokenizer_vocab(tok);
+            fsdp_tokenizer_free(tok);
+            if (!cli_given(args, nargs, pargc, pargv, "--vocab")) t.vocab = t.init_path && t.vocab > n ? t.vocab : n;
+            if (t.vocab < n) {
+                fprintf(stderr, "%s: --vocab %d is smaller than --tokenizer %s's %d token ids\n", prog, t.vocab,
+                        t.tokenizer_dir, n);
+                return 2;
+            }
+        }
         in.gpt2 = 1;
         in.layers = t.layers, in.d_model = t.d_model, in.heads = t.heads, in.vocab = t.vocab;
         in.seq = t.seq, in.max_seq = t.max_seq, in.batch = t.batch, in.grad_accum = t.grad_accum;

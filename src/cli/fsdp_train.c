@@ -28,6 +28,7 @@
 #include "core/fault_inject.h"
 #include "core/timer.h"
 #include "data/data.h"
+#include "data/tokenizer.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
 #include "nn/gpt2.h"
@@ -124,12 +125,79 @@ static fsdp_status dims_from_file(train_options *o) {
     return s;
 }
 
+// --tokenizer: opens it (every rank reads the files) into *tok, and gives the model its vocabulary
+// unless --vocab (or an --init/--resume file's configuration) set one; a smaller one is refused.
+// Returns 0, or 2 after rank 0 printed one line.
+static int open_tokenizer(train_options *o, int R, fsdp_tokenizer **tok) {
+    *tok = NULL;
+    if (!o->tokenizer_dir) return 0;
+    if (fsdp_tokenizer_open(o->tokenizer_dir, tok) != FSDP_OK) {
+        if (R == 0) fprintf(stderr, "fsdp-train: --tokenizer: %s\n", fsdp_last_error());
+        return 2;
+    }
+    const cli_model_config *c = &o->config;
+    int n = fsdp_tokenizer_vocab(*tok);
+    if (!cli_given(c->args, c->nargs, c->argc, c->argv, "--vocab"))  // --init's wte may hold more rows
+        o->vocab = o->init_path && o->vocab > n ? o->vocab : n;
+    if (o->vocab < n) {
+        if (R == 0)
+            fprintf(stderr, "fsdp-train: --vocab %d is smaller than --tokenizer %s's %d token ids\n", o->vocab,
+                    o->tokenizer_dir, n);
+        fsdp_tokenizer_free(*tok);
+        *tok = NULL;
+        return 2;
+    }
+    o->gen.tokenizer = *tok;
+    return 0;
+}
+
+// --tokenizer with a text *path (not .bin): rank 0 encodes it into its token cache (or finds it up to
+// date), then every rank takes the cache's path (cache: (cap,)) as *path. flag names the flag for
+// messages. Collective. Returns 0, or 2 after rank 0 printed one line.
+static int tokenize_data(const fsdp_tokenizer *tok, const char *dir, const char **path, char *cache, size_t cap,
+                         const char *flag, fsdp_comm *world) {
+    size_t n = *path ? strlen(*path) : 0;
+    if (!tok || !*path || (n >= 4 && strcmp(*path + n - 4, ".bin") == 0)) return 0;
+    int R = fsdp_comm_rank(world), reused = 0;
+    size_t count = 0;
+    double bad = 0.0;
+    if (R == 0) {
+        if (fsdp_tokenizer_cache_file(tok, *path, cache, cap, &reused, &count) != FSDP_OK) {
+            fprintf(stderr, "fsdp-train: %s: %s\n", flag, fsdp_last_error());
+            bad = 1.0;
+        } else {
+            printf("fsdp-train: tokenized %s with %s: %zu tokens %s%s%s\n", *path, dir, count, reused ? "(cached " : "-> ",
+                   cache, reused ? ")" : "");
+            fflush(stdout);
+        }
+    }
+    if (fsdp_all_reduce_double(world, &bad) != FSDP_OK || bad > 0.0) return 2;
+    if (R != 0 && fsdp_tokenizer_cache_file(tok, *path, cache, cap, &reused, &count) != FSDP_OK) {
+        fprintf(stderr, "fsdp-train: %s: rank %d: %s\n", flag, R, fsdp_last_error());
+        return 2;
+    }
+    *path = cache;
+    return 0;
+}
+
+static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *tok);
+
 static int run(train_options *o, fsdp_comm *world) {
-    int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    int R = fsdp_comm_rank(world);
     const cli_model_config *c = &o->config;
     if (o->eval_only && train_eval_only_check("fsdp-train", c->args, c->nargs, c->argc, c->argv, &o->fsdp.ckpt,
                                               o->init_path, o->grad_accum, o->eval_batches, o->gen.max_new_tokens, R))
         return 2;
+    fsdp_tokenizer *tok = NULL;
+    if (open_tokenizer(o, R, &tok)) return 2;
+    int rc = run_with(o, world, tok);
+    fsdp_tokenizer_free(tok);
+    return rc;
+}
+
+static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *tok) {
+    int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    const cli_model_config *c = &o->config;
     if (train_sample_check("fsdp-train", &o->gen, o->vocab, c->args, c->nargs, c->argc, c->argv, R)) return 2;
     if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
     if (train_resolve_batch("fsdp-train", o, o->config.args, o->config.nargs, o->config.argc, o->config.argv, N,
@@ -172,6 +240,12 @@ static int run(train_options *o, fsdp_comm *world) {
     memset(&log, 0, sizeof log);
     // --eval-only evaluates (unless --eval-batches 0) and reads --data only for its held-out split
     int evaluating = o->eval_only ? o->eval_batches > 0 : o->eval_every > 0;
+    char data_cache[4096], val_cache[4096];  // --tokenizer: the token caches of text --data and --val-data
+    if (tokenize_data(tok, o->tokenizer_dir, &o->data_path, data_cache, sizeof data_cache, "--data", world) ||
+        tokenize_data(tok, o->tokenizer_dir, &o->val_path, val_cache, sizeof val_cache, "--val-data", world)) {
+        rc = 2;
+        goto done;
+    }
     if (!o->input_path && (!o->eval_only || (evaluating && !o->val_path)) &&
         fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK)
         goto failed;

@@ -9,7 +9,7 @@ int train_flags(train_options *o, cli_arg *args) {
     o->batch = 8, o->grad_accum = 1, o->steps = 300, o->seed = 0, o->threads = 0, o->warmup = 20;
     o->lr = 1e-3f, o->min_lr = 1e-4f, o->weight_decay = 0.01f, o->dropout = 0.0f, o->clip = 1.0f;
     o->eval_batches = 4, o->collective_timeout = 300;
-    o->gen = (train_sample_options){NULL, 1.0f, 0, 0};
+    o->gen = (train_sample_options){NULL, 1.0f, 0, 0, NULL};
     cli_fsdp_defaults(&o->fsdp);
     const cli_arg own[] = {
         {"--layers", ARG_INT, &o->layers, "transformer blocks", 1, 1e5, NULL},
@@ -32,13 +32,14 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--clip-grad-norm", ARG_FLOAT, &o->clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
         {"--seed", ARG_INT, &o->seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
         {"--data", ARG_STRING, &o->data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
+        {"--tokenizer", ARG_STRING, &o->tokenizer_dir, "GPT-2 byte-level BPE: a directory with Hugging Face's vocab.json and merges.txt; text --data/--val-data are encoded with it (cached as FILE.<hash>.bin beside them), --prompt is encoded and the sample decoded through it; --vocab defaults to its size", 1, 0, NULL},
         {"--val-data", ARG_STRING, &o->val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
         {"--eval-every", ARG_INT, &o->eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
         {"--eval-batches", ARG_INT, &o->eval_batches, "validation micro-batches per evaluation (0: none, with --eval-only)", 0, 1e6, NULL},
         {"--eval-only", ARG_BOOL, &o->eval_only, "evaluate (and generate with --max-new-tokens) the weights of --init or --resume, then exit without training; training flags are errors with it", 1, 0, NULL},
-        {"--max-new-tokens", ARG_INT, &o->gen.max_new_tokens, "generate N tokens (bytes of a byte-level model) at the end", 0, 1e6, NULL},
+        {"--max-new-tokens", ARG_INT, &o->gen.max_new_tokens, "generate N tokens (bytes of a byte-level model, or --tokenizer's tokens) at the end", 0, 1e6, NULL},
         {"--sample", ARG_INT, &o->gen.max_new_tokens, "alias of --max-new-tokens", 0, 1e6, NULL},
-        {"--prompt", ARG_STRING, &o->gen.prompt, "text whose bytes start the generated context (default: a newline)", 1, 0, NULL},
+        {"--prompt", ARG_STRING, &o->gen.prompt, "text whose bytes (or, with --tokenizer, tokens) start the generated context (default: a newline)", 1, 0, NULL},
         {"--temperature", ARG_FLOAT, &o->gen.temperature, "sampling temperature (0: greedy argmax)", 0, 1e3, NULL},
         {"--top-k", ARG_INT, &o->gen.top_k, "sample only among the K most likely tokens (0: all)", 0, 1e7, NULL},
         {"--input", ARG_STRING, &o->input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},

@@ -15,6 +15,7 @@ typedef struct {
     train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
     cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
     float lr, min_lr, weight_decay, dropout, clip;
+    const char *tokenizer_dir;  // --tokenizer: GPT-2 BPE files (data/tokenizer.h)
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
     const char *jsonl_path, *plot_path, *trace_path, *config_path;  // config_path: --config (cli_config_argv)
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)

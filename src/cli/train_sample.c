@@ -77,7 +77,7 @@ int train_sample_check(const char *prog, const train_sample_options *so, int voc
         if (rank == 0) fprintf(stderr, "%s: --top-k %d is larger than the vocabulary (%d)\n", prog, so->top_k, vocab);
         return -1;
     }
-    for (const unsigned char *p = (const unsigned char *)so->prompt; p && *p; p++)
+    for (const unsigned char *p = (const unsigned char *)so->prompt; p && *p && !so->tokenizer; p++)
         if (*p >= vocab) {
             if (rank == 0)
                 fprintf(stderr, "%s: --prompt: byte 0x%02X at offset %d is not a token of the %d-token vocabulary\n",
@@ -214,14 +214,24 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
     nn_ctx ctx = fsdp_model_ctx(fs, 0, seed, 0);
     fsdp_rng rng = {seed, fsdp_hash_name("sample")};
     const char *prompt = so->prompt ? so->prompt : "\n";
+    int32_t *encoded = NULL;  // (n_prompt,) the prompt's tokens: its bytes, or the tokenizer's encoding
+    size_t n_prompt = strlen(prompt);
+    if (s == FSDP_OK && so->tokenizer) {
+        s = fsdp_tokenizer_encode(so->tokenizer, prompt, strlen(prompt), &encoded, &n_prompt);
+    } else if (s == FSDP_OK) {
+        encoded = malloc(sizeof(int32_t) * (n_prompt ? n_prompt : 1));
+        for (size_t i = 0; encoded && i < n_prompt; i++) encoded[i] = (unsigned char)prompt[i];
+        if (!encoded) s = fsdp_error(FSDP_ERR_NOMEM, "out of memory for --prompt");
+    }
     int len = 0;
-    for (const unsigned char *p = (const unsigned char *)prompt; *p && s == FSDP_OK; p++) {
-        if (len == T) {  // a prompt longer than the window: its last T bytes
+    for (size_t i = 0; i < n_prompt && s == FSDP_OK; i++) {
+        if (len == T) {  // a prompt longer than the window: its last T tokens
             if (T > 1) memmove(ctx_tokens, ctx_tokens + 1, sizeof(int32_t) * (size_t)(T - 1));
             len--;
         }
-        ctx_tokens[len++] = *p % vocab;
+        ctx_tokens[len++] = encoded[i] % vocab;
     }
+    free(encoded);
     train_utf8_writer w = {out, {0}, 0};
     if (rank == 0 && s == FSDP_OK) fprintf(out, "--- sample (%d tokens) ---\n", n);
     for (int i = 0; i < n && s == FSDP_OK; i++) {
@@ -234,7 +244,14 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
         if (s != FSDP_OK) break;
         int tok = next_token(logits, vocab, so->temperature, so->top_k, (double)fsdp_rng_uniform_at(rng, (uint64_t)i),
                              kept, order);
-        if (rank == 0) train_utf8_put(&w, tok < 256 && tok != 0 ? (unsigned char)tok : (unsigned char)'?');
+        if (rank == 0 && so->tokenizer) {  // the token's bytes (an id that is no token prints as '?')
+            size_t nb = 0;
+            const unsigned char *b = fsdp_tokenizer_token_bytes(so->tokenizer, tok, &nb);
+            if (!b) train_utf8_put(&w, (unsigned char)'?');
+            for (size_t k = 0; k < nb; k++) train_utf8_put(&w, b[k]);
+        } else if (rank == 0) {
+            train_utf8_put(&w, tok < 256 && tok != 0 ? (unsigned char)tok : (unsigned char)'?');
+        }
         if (len < T) {
             ctx_tokens[len++] = tok;
         } else {  // slide the window

@@ -4,7 +4,8 @@
 // Generation: every rank runs the same forwards (FSDP needs all ranks in each one) and makes the same
 // random draws (token i of the sample draws uniform i of the counter-based Philox stream (--seed,
 // "sample"), so all ranks agree without communicating); rank 0 prints. The prompt's bytes are the first
-// tokens (the byte vocabulary); the context slides at --seq. Output is always valid UTF-8: a byte that
+// tokens (the byte vocabulary), or its encoding with --tokenizer; the context slides at --seq. With a
+// tokenizer each token prints as its bytes. Output is always valid UTF-8: a byte that
 // is not part of a valid UTF-8 sequence prints as \xHH; token 0 and ids >= 256 print as '?'.
 #pragma once
 #include <stdint.h>
@@ -14,6 +15,7 @@
 #include "cli/train_ckpt.h"
 #include "comm/comm.h"
 #include "data/data.h"
+#include "data/tokenizer.h"
 #include "fsdp/fsdp.h"
 #include "nn/gpt2.h"
 
@@ -22,6 +24,7 @@ typedef struct {
     float temperature;    // --temperature T (0: greedy argmax)
     int top_k;            // --top-k K (0: every token)
     int max_new_tokens;   // --max-new-tokens N (--sample N, its alias; 0: no generation)
+    const fsdp_tokenizer *tokenizer;  // --tokenizer: encodes the prompt, decodes the sample (NULL: bytes)
 } train_sample_options;
 
 // The sampling flags' checks, before anything is built: --prompt, --temperature and --top-k need
