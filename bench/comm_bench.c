@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
                                    "reduce_scatter/shared"};
             const char *path = coll == 1 || coll == 4 ? fsdp_comm_path(w, 0, per, FSDP_F32)
                                : coll == 2             ? fsdp_comm_path(w, 1, total, FSDP_F32)
-                               : fsdp_comm_backend(w);
+                               : fsdp_comm_gather_path(w, per, FSDP_F32);
             if (R == 0)
                 printf("  %-10zu %-22s %10.1f %10.2f %10.2f %5s\n", bytes, names[coll], best * 1e6, algbw, bus, path);
         }

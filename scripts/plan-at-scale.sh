@@ -52,10 +52,9 @@ Every row is `fsdp-plan train MODEL --batch 1 --threads 1 --world-size 1024 --ra
 - Inter-host GiB is what one host's NIC sends per optimizer step (its 8 ranks' bytes to ranks on
   other hosts). Collectives are modelled as pairwise: each rank sends each peer of a group its share
   directly, so a rank in a group spanning 128 hosts sends 127/128 of its bytes off the host; except
-  FULL_SHARD's and SHARD_GRAD_OP's reduce-scatters, which run hierarchically (shared memory within the
-  host, then one exchange among the ranks of the same local index: src/comm/comm_hier.c), so each
-  gradient byte leaves a host once instead of 8 times. Their all-gathers are MPI_Allgather, modelled
-  pairwise (a ring or a hierarchical all-gather would send 8 times less off each host; not built).
+  FULL_SHARD's and SHARD_GRAD_OP's all-gathers and reduce-scatters, which run hierarchically (one
+  exchange among the ranks of the same local index across hosts, and the host's ranks among themselves:
+  src/comm/comm_hier.c), so each byte leaves a host once instead of 8 times.
   tests/multihost/test_mh_plan.py holds the model to measured runs at 2 hosts.
 - HYBRID_SHARD shards within a host (the default shard group: the host's 8 ranks) and all-reduces
   each shard across the 128 replicas: only that all-reduce crosses hosts. bf16 reductions cross
@@ -72,8 +71,8 @@ bytes per step within 1% for FULL_SHARD, HYBRID_SHARD and DDP, fp32 and bf16 (TC
 envelopes are the difference). The other host is not always as busy: Open MPI's fp32 reduce-scatter
 reduces to rank 0 and then scatters where `FSDP_COMM_ALGO=mpi` selects it (rank 0's host sends half
 its pairwise share, and receives more), and its fp32 all-reduce on 4 ranks sends half as much from
-host 1; our reduce-scatters (hierarchical where a group has several ranks per host) and bf16
-all-reduces across hosts are point to point (the default). At 128 hosts Open MPI picks other algorithms (rings, recursive halving,
+host 1; our reduce-scatters and all-gathers (hierarchical where a group has several ranks per host)
+and bf16 all-reduces across hosts are point to point or per-host exchanges (the default). At 128 hosts Open MPI picks other algorithms (rings, recursive halving,
 trees), which send less or more off a host than the pairwise model, and a root-based algorithm makes
 the root's host *receive* far more than any host sends: none of that is in these numbers. Use them to
 compare strategies and precisions, and as the bound a pairwise schedule cannot beat on these links.

@@ -220,6 +220,15 @@ static size_t reduce_scatter_bytes(const fsdp_comm *c, size_t count, fsdp_dtype 
     return block * ((L - 1) * H + H - 1);
 }
 
+// Bytes one rank sends in an all-gather of count elements per rank: its block to every peer, or
+// hierarchically its block to the H - 1 other hosts and H blocks to the L - 1 others on its host.
+static size_t all_gather_bytes(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
+    size_t block = count * fsdp_dtype_size(dt);
+    if (!comm_use_hier_gather(c, count, dt)) return block * (size_t)(c->size - 1);
+    size_t L = (size_t)c->hier_intra->size, H = (size_t)c->hier_cross->size;
+    return block * ((L - 1) * H + H - 1);
+}
+
 static void scale_f32(void *buf, size_t n, float s) {
     float *x = buf;
     for (size_t i = 0; i < n; i++) x[i] *= s;
@@ -283,10 +292,12 @@ fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t c
     fsdp_status s;
     if (c->shm) {
         s = comm_shm_all_gather(c, send, recv, count, dt);
+    } else if (comm_use_hier_gather(c, count, dt)) {
+        s = comm_hier_gather_run(c, send, recv, count, dt);
     } else {
         s = comm_mpi_allgather(send, recv, count, fsdp_dtype_size(dt), mpi_type(dt), c->mpi, c->rank);  // detects in place
     }
-    account(c, t0, bytes * (size_t)(c->size - 1));
+    account(c, t0, all_gather_bytes(c, count, dt));
     return s;
 }
 
@@ -373,6 +384,11 @@ static fsdp_status new_request(fsdp_comm *c, fsdp_comm_request **req) {
 fsdp_status fsdp_iall_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                              fsdp_comm_request **req) {
     FSDP_CHECK(new_request(c, req));
+    if (c->backend == COMM_MPI && comm_use_hier_gather(c, count, dt)) {  // in flight
+        FSDP_CHECK(check_sequence(c, 1, count));
+        (*req)->bytes = all_gather_bytes(c, count, dt);
+        return comm_hier_gather_start(c, send, recv, count, dt, &(*req)->hier);
+    }
     if (c->backend == COMM_LOCAL || c->shm || c->size == 1 || count > fsdp_comm_max_count())
         return fsdp_all_gather(c, send, recv, count, dt);  // runs to completion (split: piece by piece)
     FSDP_CHECK(check_sequence(c, 1, count));  // as the blocking forms do (FSDP_DEBUG=DETAIL): across nodes

@@ -92,15 +92,19 @@ void fsdp_comm_current(const char **name, double *since);
 // receives in rank order: the same bits as the shared-memory path, and the bytes of a ring). The
 // environment variable FSDP_COMM_ALGO (read once; every rank must use the same) picks: `mpi`, `p2p`, or
 // `auto` (default, also for unknown values: the path measured faster, docs/decisions.md), or `hier`
-// (as auto). auto and hier reduce-scatter hierarchically on a group laid out host by host with several
-// ranks per host (shared memory within the host, then point to point across: comm_hier.c); p2p and mpi
-// keep every reduce-scatter flat. The
+// (as auto). auto and hier reduce-scatter and all-gather hierarchically on a group laid out host by host
+// with several ranks per host (comm_hier.c); p2p and mpi keep them flat. The
 // point-to-point forms are nonblocking for any count and dtype. fp32 sums over MPI's own collectives are
 // in MPI's order.
 const char *fsdp_comm_algo_setting(void);  // "auto", "mpi", "p2p" or "hier"
 // The path a reduce-scatter (all_reduce 0, count per rank) or an all-reduce (all_reduce 1) of count
 // elements of dt takes on c: "local", "shm", "mpi", "p2p" or "hier" (reduce-scatters only)
 const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt);
+
+// The path an all-gather of count elements per rank of dt takes on c: "local", "shm", "mpi" or "hier"
+// (a group laid out host by host with several ranks per host, FSDP_COMM_ALGO auto or hier: across hosts
+// first, then within each host)
+const char *fsdp_comm_gather_path(const fsdp_comm *c, size_t count, fsdp_dtype dt);
 
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {

@@ -1,7 +1,7 @@
-// comm_hier.c: the hierarchical reduce-scatter for MPI groups that span hosts with several of their ranks
-// on each (FULL_SHARD over 2 hosts x 4 ranks, say). Flat, every rank sends (size - L) blocks over the
-// network (L: the group's ranks per host); here each byte of a gradient crosses the network once per
-// host instead of once per rank:
+// comm_hier.c: hierarchical reduce-scatters and all-gathers for MPI groups that span hosts with several
+// of their ranks on each (FULL_SHARD over 2 hosts x 4 ranks, say). Flat, every rank sends (size - L)
+// blocks over the network (L: the group's ranks per host); here each block crosses the network once per
+// host instead of once per rank. A reduce-scatter:
 //   1. on each host, through the shared-memory window (comm_shm.c), the L local ranks reduce-scatter
 //      each host's segment of the send buffer: local rank l gets this host's partial sum of block h*L + l
 //      for every host h: a (H, count) buffer (H: hosts);
@@ -13,11 +13,13 @@
 // Sums: within a host in local-rank order, then over hosts in host order (fp32; bf16 partials are
 // rounded to bf16 once per host, then summed in fp32 and rounded again). Deterministic for a given
 // layout, but not the flat rank-order bits (docs/decisions.md).
+// An all-gather runs the other way round (across hosts first, then within the host through MPI's own
+// intra-node transport: below), so that its second step can start from any progress poll.
 // It applies where the group's ranks are laid out host by host: rank = host * L + local index, the
 // same L on every host, more than one host and more than one rank per host (comm_hier_setup checks).
-// All-gathers and all-reduces stay flat: their last step is a shared-memory copy after the network
-// exchange, which a rank could only run at a point its host's other ranks reach in the same order,
-// and fsdp_comm_test (called from progress polls at any time) is not such a point.
+// All-reduces stay flat.
+#include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,13 +28,25 @@
 
 struct comm_hier {
     fsdp_comm *c;
-    unsigned char *part;  // (H, count) elements: this host's partial sums of the blocks of local index l
-    size_t part_bytes;    // its capacity (a kept buffer may be larger)
-    comm_p2p *inter;      // step 2, in flight on c->hier_cross
+    int gather;           // 0: reduce-scatter; 1: all-gather
+    unsigned char *part;  // (H, count) elements: RS: this host's partial sums of the blocks of local index l;
+    size_t part_bytes;    //   AG: the blocks of local index l of every host. part_bytes: its capacity
+    comm_p2p *inter;      // RS step 2, in flight on c->hier_cross
+    // all-gathers
+    MPI_Request inter_req, intra_req;
+    MPI_Datatype spread;  // the intra step's receive type: H blocks of count, L blocks apart
+    MPI_Datatype strided; // the step across hosts' receive type: one block, L blocks of extent
+    void *recv;           // (size, count) elements
+    size_t count;         // elements per rank
+    MPI_Datatype type;    // of an element
+    int64_t seq;          // this group's all-gathers, in the order they started
+    int stage;            // 0 across hosts in flight, 1 across done, 2 within the host in flight, 3 complete
+    comm_hier *next;      // the group's all-gathers in flight, oldest first (c->hier_ag_pending)
 };
 
 fsdp_status comm_hier_setup(fsdp_comm *c) {
     c->hier_intra = c->hier_cross = NULL;
+    c->hier_ag_host = MPI_COMM_NULL;
     if (c->backend != COMM_MPI || c->shm || c->size < 4) return FSDP_OK;
     MPI_Comm host;
     FSDP_CHECK(comm_mpi_check(comm_host_split(c->mpi, c->rank, &host), "MPI_Comm_split_type (hosts)"));
@@ -77,12 +91,22 @@ fsdp_status comm_hier_setup(fsdp_comm *c) {
         fsdp_comm_free(cross);
         return s;
     }
+    // The all-gathers' second steps start from progress polls, at moments that differ between ranks:
+    // they get a communicator of their own, where nothing else (the window's collective allocations, say)
+    // can come between them
+    s = comm_mpi_check(MPI_Comm_dup(intra->mpi, &c->hier_ag_host), "MPI_Comm_dup");
+    if (s != FSDP_OK) {
+        fsdp_comm_free(intra);
+        fsdp_comm_free(cross);
+        return s;
+    }
     c->hier_intra = intra;
     c->hier_cross = cross;
     return FSDP_OK;
 }
 
 void comm_hier_free_groups(fsdp_comm *c) {
+    if (c->hier_intra) (void)MPI_Comm_free(&c->hier_ag_host);
     fsdp_comm_free(c->hier_intra);
     fsdp_comm_free(c->hier_cross);
     c->hier_intra = c->hier_cross = NULL;
@@ -93,14 +117,16 @@ void comm_hier_free_groups(fsdp_comm *c) {
 
 int comm_hier_ranks_per_host(const fsdp_comm *c) { return c->hier_intra ? c->hier_intra->size : 0; }
 
-fsdp_status comm_hier_start(fsdp_comm *c, const void *send, void *out, size_t count, fsdp_dtype dt, float scale,
-                            comm_hier **out_h) {
-    *out_h = NULL;
+// A new request; part: with a (H, count) part buffer (the group's kept one when large enough). NULL when
+// out of memory.
+static comm_hier *new_hier(fsdp_comm *c, size_t count, fsdp_dtype dt, int part) {
     comm_hier *h = calloc(1, sizeof *h);
-    if (!h) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    if (!h) return NULL;
     h->c = c;
-    int L = c->hier_intra->size, H = c->hier_cross->size;
-    size_t es = fsdp_dtype_size(dt), need = (size_t)H * count * es;
+    h->inter_req = h->intra_req = MPI_REQUEST_NULL;
+    h->spread = h->strided = MPI_DATATYPE_NULL;
+    if (!part) return h;
+    size_t need = (size_t)c->hier_cross->size * count * fsdp_dtype_size(dt);
     if (c->hier_spare && c->hier_spare_bytes >= need) {  // the last one's buffer is large enough
         h->part = c->hier_spare;
         h->part_bytes = c->hier_spare_bytes;
@@ -111,8 +137,18 @@ fsdp_status comm_hier_start(fsdp_comm *c, const void *send, void *out, size_t co
     }
     if (!h->part) {
         free(h);
-        return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a hierarchical reduce-scatter of %zu values", count);
+        return NULL;
     }
+    return h;
+}
+
+fsdp_status comm_hier_start(fsdp_comm *c, const void *send, void *out, size_t count, fsdp_dtype dt, float scale,
+                            comm_hier **out_h) {
+    *out_h = NULL;
+    comm_hier *h = new_hier(c, count, dt, 1);
+    if (!h) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a hierarchical reduce-scatter of %zu values", count);
+    int L = c->hier_intra->size, H = c->hier_cross->size;
+    size_t es = fsdp_dtype_size(dt);
     const unsigned char *in = send;
     fsdp_status s = FSDP_OK;
     for (int host = 0; host < H && s == FSDP_OK; host++)  // step 1: host segment `host` = blocks host*L .. +L
@@ -127,13 +163,135 @@ fsdp_status comm_hier_start(fsdp_comm *c, const void *send, void *out, size_t co
     return FSDP_OK;
 }
 
-fsdp_status comm_hier_test(comm_hier *h, int *done) { return comm_p2p_test(h->inter, done); }
-fsdp_status comm_hier_wait(comm_hier *h) { return comm_p2p_wait(h->inter); }
+// ---- all-gathers: 1. across hosts, the ranks of local index l gather their blocks (MPI_Iallgather on
+// hier_cross, each host's block landing at its place in recv: block h*L + l for host h); 2. within the
+// host, in place, the ranks gather those (MPI_Iallgather on hier_ag_host, each rank's H blocks L blocks
+// apart). No buffer of ours: recv holds everything. Step 2 is
+// issued when step 1 is through, which a progress poll may find at any moment; MPI matches a
+// communicator's collectives by the order they are issued, so every rank issues the group's step-2s in
+// the order the all-gathers started (a later one waits for the earlier ones' issue).
+
+static fsdp_status advance_gather(comm_hier *h) {
+    fsdp_comm *c = h->c;
+    int flag = 0;
+    if (h->stage == 0) {
+        FSDP_CHECK(comm_mpi_check(MPI_Test(&h->inter_req, &flag, MPI_STATUS_IGNORE), "MPI_Test"));
+        if (flag) h->stage = 1;
+    }
+    if (h->stage == 1 && c->hier_ag_issued == h->seq) {
+        int H = c->hier_cross->size;
+        fsdp_comm_mpi_count_call();
+        (void)H;  // in place: this rank's H blocks are already at their places in recv
+        FSDP_CHECK(comm_mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h->recv, 1, h->spread,
+                                                 c->hier_ag_host, &h->intra_req), "MPI_Iallgather (within the host)"));
+        c->hier_ag_issued++;
+        h->stage = 2;
+    }
+    if (h->stage == 2) {
+        FSDP_CHECK(comm_mpi_check(MPI_Test(&h->intra_req, &flag, MPI_STATUS_IGNORE), "MPI_Test"));
+        if (flag) h->stage = 3;
+    }
+    return FSDP_OK;
+}
+
+// Advances the group's all-gathers in flight, oldest first, through h
+static fsdp_status advance_gathers(comm_hier *h) {
+    for (comm_hier *p = h->c->hier_ag_pending; p; p = p->next) {
+        FSDP_CHECK(advance_gather(p));
+        if (p == h) break;
+    }
+    return FSDP_OK;
+}
+
+int comm_use_hier_gather(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
+    (void)dt;
+    if (!comm_use_hier(c, count, dt)) return 0;
+    size_t H = (size_t)c->hier_cross->size, L = (size_t)c->hier_intra->size, lim = fsdp_comm_max_count();
+    // one MPI call per step (H blocks of count, L blocks apart, addressed in ints)
+    return count >= 1 && count * H <= lim && count * H * L <= (size_t)INT_MAX;
+}
+
+fsdp_status comm_hier_gather_start(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                   comm_hier **out_h) {
+    *out_h = NULL;
+    comm_hier *h = new_hier(c, count, dt, 0);
+    if (!h) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for a hierarchical all-gather of %zu values", count);
+    h->gather = 1;
+    h->recv = recv;
+    int L = c->hier_intra->size, l = c->hier_intra->rank;
+    size_t es = fsdp_dtype_size(dt);
+    MPI_Datatype t = dt == FSDP_F32 ? MPI_FLOAT : MPI_UINT16_T, blocks = MPI_DATATYPE_NULL;
+    h->count = count;
+    h->type = t;
+    // the receive type of the host's rank l: H blocks of count, L blocks apart (from block l: host h's
+    // segment), with an extent of one block, so consecutive ranks' data start one block apart
+    fsdp_status s = comm_mpi_check(MPI_Type_create_hvector(c->hier_cross->size, (int)count,
+                                                           (MPI_Aint)(count * (size_t)L * fsdp_dtype_size(dt)), t,
+                                                           &blocks), "MPI_Type_create_hvector");
+    if (s == FSDP_OK)
+        s = comm_mpi_check(MPI_Type_create_resized(blocks, 0, (MPI_Aint)(count * fsdp_dtype_size(dt)), &h->spread),
+                           "MPI_Type_create_resized");
+    if (blocks != MPI_DATATYPE_NULL) MPI_Type_free(&blocks);
+    if (s == FSDP_OK) s = comm_mpi_check(MPI_Type_commit(&h->spread), "MPI_Type_commit");
+    // the step across hosts receives straight into recv: one block, with an extent of L blocks, so host h's
+    // block lands at block h*L + l
+    MPI_Datatype one = MPI_DATATYPE_NULL;
+    if (s == FSDP_OK) s = comm_mpi_check(MPI_Type_contiguous((int)count, t, &one), "MPI_Type_contiguous");
+    if (s == FSDP_OK)
+        s = comm_mpi_check(MPI_Type_create_resized(one, 0, (MPI_Aint)(count * (size_t)L * es), &h->strided),
+                           "MPI_Type_create_resized");
+    if (one != MPI_DATATYPE_NULL) MPI_Type_free(&one);
+    if (s == FSDP_OK) s = comm_mpi_check(MPI_Type_commit(&h->strided), "MPI_Type_commit");
+    if (s == FSDP_OK) {
+        unsigned char *mine = (unsigned char *)recv + (size_t)c->rank * count * es;
+        fsdp_comm_mpi_count_call();
+        s = comm_mpi_check(MPI_Iallgather(send == mine ? MPI_IN_PLACE : send, (int)count, t,
+                                          (unsigned char *)recv + (size_t)l * count * es, 1, h->strided,
+                                          c->hier_cross->mpi, &h->inter_req), "MPI_Iallgather (across hosts)");
+    }
+    if (s != FSDP_OK) {
+        comm_hier_free(h);
+        return s;
+    }
+    h->seq = c->hier_ag_started++;
+    comm_hier **tail = &c->hier_ag_pending;
+    while (*tail) tail = &(*tail)->next;
+    *tail = h;
+    *out_h = h;
+    return FSDP_OK;
+}
+
+fsdp_status comm_hier_test(comm_hier *h, int *done) {
+    if (!h->gather) return comm_p2p_test(h->inter, done);
+    FSDP_CHECK(advance_gathers(h));
+    *done = h->stage == 3;
+    return FSDP_OK;
+}
+
+fsdp_status comm_hier_wait(comm_hier *h) {
+    if (!h->gather) return comm_p2p_wait(h->inter);
+    for (long spin = 0;; spin++) {  // polls: an earlier all-gather's step 2 may have to be issued first
+        FSDP_CHECK(advance_gathers(h));
+        if (h->stage == 3) return FSDP_OK;
+        if (spin > 64) sched_yield();
+    }
+}
 
 void comm_hier_free(comm_hier *h) {
     if (!h) return;
     comm_p2p_free(h->inter);
     fsdp_comm *c = h->c;
+    if (h->gather) {
+        for (comm_hier **p = &c->hier_ag_pending; *p; p = &(*p)->next)
+            if (*p == h) {
+                *p = h->next;
+                break;
+            }
+        if (h->inter_req != MPI_REQUEST_NULL) (void)MPI_Request_free(&h->inter_req);  // after an error only
+        if (h->intra_req != MPI_REQUEST_NULL) (void)MPI_Request_free(&h->intra_req);
+        if (h->spread != MPI_DATATYPE_NULL) (void)MPI_Type_free(&h->spread);
+        if (h->strided != MPI_DATATYPE_NULL) (void)MPI_Type_free(&h->strided);
+    }
     if (!c->hier_spare) {  // kept for the next one on this group
         c->hier_spare = h->part;
         c->hier_spare_bytes = h->part_bytes;
@@ -141,6 +299,14 @@ void comm_hier_free(comm_hier *h) {
         fsdp_free(h->part);
     }
     free(h);
+}
+
+fsdp_status comm_hier_gather_run(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
+    comm_hier *h = NULL;
+    FSDP_CHECK(comm_hier_gather_start(c, send, recv, count, dt, &h));
+    fsdp_status s = comm_hier_wait(h);
+    comm_hier_free(h);
+    return s;
 }
 
 fsdp_status comm_hier_run(fsdp_comm *c, const void *send, void *out, size_t count, fsdp_dtype dt, float scale) {

@@ -33,6 +33,10 @@ struct fsdp_comm {
     struct fsdp_comm *hier_cross;  // hierarchically (comm_hier.c): and its ranks of this local index, one per host
     unsigned char *hier_spare;     // (hier_spare_bytes,) the last hierarchical reduce-scatter's partial sums, kept
     size_t hier_spare_bytes;
+    MPI_Comm hier_ag_host;         // hier_intra's ranks again, for the all-gathers' steps within the host only
+    int64_t hier_ag_started;       // hierarchical all-gathers started on this group,
+    int64_t hier_ag_issued;        // and those whose step within the host has been issued (in order)
+    struct comm_hier *hier_ag_pending;  // those in flight, oldest first
     fsdp_comm_stats stats;
     char host[MPI_MAX_PROCESSOR_NAME];  // this process's host (MPI_Get_processor_name), cached on first use
 };
@@ -50,7 +54,7 @@ struct fsdp_comm_request {
     fsdp_comm *comm;
     MPI_Request mpi;     // MPI_REQUEST_NULL when already complete
     comm_p2p *p2p;       // a point-to-point reduction in flight (comm_p2p.c), or NULL
-    comm_hier *hier;     // a hierarchical reduce-scatter in flight (comm_hier.c), or NULL
+    comm_hier *hier;     // a hierarchical reduce-scatter or all-gather in flight (comm_hier.c), or NULL
     int accounted;       // its bytes and time are in the statistics already
     float *scale_buf;    // AVG: divide these `scale_count` floats by the group size at completion
     size_t scale_count;
@@ -152,3 +156,10 @@ fsdp_status comm_hier_test(comm_hier *h, int *done);
 fsdp_status comm_hier_wait(comm_hier *h);
 void comm_hier_free(comm_hier *h);
 fsdp_status comm_hier_run(fsdp_comm *c, const void *send, void *out, size_t count, fsdp_dtype dt, float scale);
+// 1 when an all-gather of count elements per rank of dt on c runs hierarchically (across hosts, then
+// within: comm_hier.c)
+int comm_use_hier_gather(const fsdp_comm *c, size_t count, fsdp_dtype dt);
+// Starts: recv (size, count) = every rank's send (count,) in rank order (send may be recv's block `rank`)
+fsdp_status comm_hier_gather_start(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                   comm_hier **h);
+fsdp_status comm_hier_gather_run(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);

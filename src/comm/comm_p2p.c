@@ -83,6 +83,12 @@ int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt
     return !all_reduce || dt == FSDP_BF16;
 }
 
+const char *fsdp_comm_gather_path(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
+    if (c->backend != COMM_MPI || c->size == 1) return "local";
+    if (c->shm) return "shm";
+    return comm_use_hier_gather(c, count, dt) ? "hier" : "mpi";
+}
+
 const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
     if (c->backend != COMM_MPI || c->size == 1) return "local";
     if (c->shm) return "shm";

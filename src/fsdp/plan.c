@@ -116,7 +116,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t max_unit = n_block_units ? block_padded : 0;
     if (root_padded > max_unit) max_unit = root_padded;
     int R = replicated ? 1 : world / G;
-    // a shard group spanning hosts with m > 1 of its ranks on each reduce-scatters hierarchically: hier_m = m
+    // a shard group spanning hosts with m > 1 of its ranks on each reduce-scatters and all-gathers
+    // hierarchically: hier_m = m
     int hier_m = !replicated && in->shared_memory && !in->flat_reduce_scatter && G > P && P > 1 && G % P == 0 ? P : 0;
     int shm_replica = in->shared_memory && R > 1 && p.hosts == 1;
     // Without shared memory, reduce-scatters (and bf16 all-reduces) run point to point (comm_p2p.c): a
@@ -135,7 +136,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         window += max2(2.0 * round_up((int64_t)(ge * max_unit), 64), 2.0 * round_up((int64_t)(pe * max_shard), 64));
     } else if (!replicated && G > 1 && hier_m) {  // hierarchical reduce-scatters (comm_hier.c): the host's
         // window holds two halves of one host segment (m blocks), the kept partial sums (hosts, block), and the
-        // group across hosts keeps its point-to-point scratch
+        // group across hosts keeps its point-to-point scratch; the all-gathers need no buffer of their own
         window += 2.0 * round_up((int64_t)(ge * (double)(hier_m * max_shard)), 64);
         p2p_scratch = max2(p2p_scratch, ge * (double)(G / hier_m) * (double)max_shard +
                                             p2p_bytes(G / hier_m, max_shard, ge));
@@ -184,7 +185,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double pe = in->param_bf16 ? 2.0 : 4.0;  // bytes per element on the wire
     double block_n = (double)block_padded, root_n = (double)root_padded;
     double shard_bytes, replica_bytes = 0.0;
-    double shard_rs = 0.0, rs_inter = 0.0;  // hierarchical: the shard group's reduce-scatter bytes, those to other hosts  // rank 0's bytes per step in its shard group (or the world), replica group
+    double hier_inter = 0.0;  // hierarchical: the shard group's bytes to other hosts  // rank 0's bytes per step in its shard group (or the world), replica group
     if (replicated) {
         // every all-reduce sends 2 (n - 1) / n of the buffer: shared memory, MPI_Allreduce (fp32), and the
         // point-to-point reduce-scatter + all-gather that bf16 takes without shared memory (comm_p2p.c)
@@ -192,14 +193,14 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         shard_bytes = ar * ge * ((double)n_block_units * block_n + root_n) * in->grad_accum;
         G = world;  // the group the all-reduces run over
     } else {
-        double ag = frac * pe * ((double)n_block_units * block_n * gathers + root_n);
-        double rs = frac * ge * ((double)n_block_units * block_n + root_n);
+        double gathered = (double)n_block_units * block_n * gathers + root_n, reduced = (double)n_block_units * block_n + root_n;
+        double ag = frac * pe * gathered, rs = frac * ge * reduced;
         if (hier_m) {  // per block: hosts blocks to each other local rank, one to each other host (comm_hier.c)
-            double hosts_g = (double)(G / hier_m), rs_blocks = (hier_m - 1) * hosts_g + hosts_g - 1;
-            rs_inter = (hosts_g - 1) / G * ge * ((double)n_block_units * block_n + root_n) * in->grad_accum;
-            rs = rs_blocks / G * ge * ((double)n_block_units * block_n + root_n);
+            double hosts_g = (double)(G / hier_m), blocks_g = (hier_m - 1) * hosts_g + hosts_g - 1;
+            hier_inter = (hosts_g - 1) / G * (ge * reduced + pe * gathered) * in->grad_accum;
+            rs = blocks_g / G * ge * reduced;
+            ag = blocks_g / G * pe * gathered;
         }
-        shard_rs = rs * in->grad_accum;
         double rf = 2.0 * (R - 1) / R;  // as the all-reduce above
         double replica = R > 1 ? rf * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
         shard_bytes = (ag + rs) * in->grad_accum;
@@ -211,8 +212,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // the same share (all-gather, reduce-scatter, bf16 all-to-all; an all-reduce as a reduce-scatter then
     // an all-gather), so of a rank's bytes in a group of g ranks, (g - m) / (g - 1) go to other hosts,
     // m the group's ranks on its own host. Host 0 holds ranks [0, P); rank r's shard group is
-    // [r/G*G, r/G*G + G), its replica group {r % G + k G}. A hierarchical reduce-scatter (hier_m) sends
-    // exactly rs_inter to other hosts.
+    // [r/G*G, r/G*G + G), its replica group {r % G + k G}. A hierarchical shard group (hier_m) sends
+    // exactly hier_inter to other hosts.
     double inter = 0.0, rank0_cross = 0.0;
     int64_t host_ranks = P < world ? P : world;
     for (int64_t r = 0; r < host_ranks; r++) {
@@ -220,8 +221,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         if (G > 1) {
             int64_t lo = r / G * G, hi = lo + G;  // shard group [lo, hi) on host 0 = [0, P)
             int64_t m = (hi < P ? hi : P) - lo;
-            if (hier_m) cross += (shard_bytes - shard_rs) * (double)(G - m) / (double)(G - 1) + rs_inter;
-            else cross += shard_bytes * (double)(G - m) / (double)(G - 1);
+            cross += hier_m ? hier_inter : shard_bytes * (double)(G - m) / (double)(G - 1);
         }
         if (R > 1) {
             int64_t j = r % G, m = (P - j + G - 1) / G;  // replicas j, j + G, .. below P

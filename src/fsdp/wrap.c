@@ -40,10 +40,12 @@ static fsdp_status group_nodes(fsdp_comm *c, int *nodes, int *whole) {
     return FSDP_OK;
 }
 
-// ", reduce-scatters hierarchical (...)" when a shard group's gradients reduce that way (comm_hier.c), else ""
+// " (all-gathers and reduce-scatters hierarchical ...)" when a shard group's collectives run that way
+// (comm_hier.c), else ""
 static const char *hier_note(const fsdp_state *s, const fsdp_comm *shard) {
     if (s->replicated || strcmp(fsdp_comm_path(shard, 0, 1, s->cfg.reduce_dtype), "hier") != 0) return "";
-    return " (reduce-scatters hierarchical: shared memory within each node, then one exchange across nodes)";
+    return " (all-gathers and reduce-scatters hierarchical: one exchange across nodes per rank's block, and shared "
+           "memory within each node)";
 }
 
 // One line for the summary: how the groups lie over the nodes (hosts), e.g. "groups: world 4 ranks on

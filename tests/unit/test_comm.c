@@ -222,9 +222,12 @@ static void check_pieces(fsdp_comm *c, const char *label, int seq) {
                 // point to point, an all-reduce is a reduce-scatter round and an all-gather round over blocks
                 // of ceil(n / N) elements at most: each round one counted call per piece
                 int p2p_ar = via_mpi && is_ar && strcmp(fsdp_comm_path(c, 1, n, dt), "p2p") == 0;
+                int is_ag = op == OP_AG || op == OP_AG_IN_PLACE || op == OP_IAG || op == OP_IAG_IN_PLACE;
+                // hierarchically, an all-gather is two calls: across hosts, then within the host
                 fsdp_comm_set_max_count(SIZE_MAX);  // off: INT_MAX
+                int hier_ag = via_mpi && is_ag && strcmp(fsdp_comm_gather_path(c, n, dt), "hier") == 0;
                 size_t calls_ref = run_op(c, op, dt, n, send, ref);
-                if (via_mpi && (calls_ref < 1 || calls_ref > 1 + (size_t)(seq != 0) + (size_t)p2p_ar)) {
+                if (via_mpi && (calls_ref < 1 || calls_ref > 1 + (size_t)(seq != 0) + (size_t)p2p_ar + (size_t)hier_ag)) {
                     fprintf(stderr, "%s: unsplit %s of %zu: %zu MPI calls\n", label, op_names[op], n, calls_ref);
                     CHECK(0);
                 }
@@ -408,6 +411,37 @@ static void check_rank_order(fsdp_comm *c, const char *label) {
     CHECK(fsdp_barrier(c) == FSDP_OK);
 }
 
+// Three nonblocking all-gathers in flight at once (counts 3, 1000, 5), one polled, completed in reverse
+// order, then a blocking one: every result exact. On a hierarchical group this holds the order in which
+// their second steps are issued to the order they started, whatever order they are completed in.
+static void check_gathers_in_flight(fsdp_comm *c, const char *label) {
+    int R = fsdp_comm_rank(c), N = fsdp_comm_size(c);
+    size_t counts[3] = {3, 1000, 5};
+    float *recv[3], *send[3];
+    fsdp_comm_request *req[3];
+    for (int k = 0; k < 3; k++) {
+        send[k] = malloc(sizeof(float) * counts[k]);
+        recv[k] = malloc(sizeof(float) * counts[k] * (size_t)N);
+        for (size_t i = 0; i < counts[k]; i++) send[k][i] = input(R, i + (size_t)k * 7);
+        CHECK(fsdp_iall_gather(c, send[k], recv[k], counts[k], FSDP_F32, &req[k]) == FSDP_OK);
+    }
+    int done = 0;
+    for (int spin = 0; spin < 100 && !done; spin++) CHECK(fsdp_comm_test(req[1], &done) == FSDP_OK);
+    for (int k = 2; k >= 0; k--) CHECK(fsdp_comm_wait(req[k]) == FSDP_OK);
+    float *blocking = malloc(sizeof(float) * 4 * (size_t)N), mine[4] = {1, 2, 3, (float)R};
+    CHECK(fsdp_all_gather(c, mine, blocking, 4, FSDP_F32) == FSDP_OK);
+    int bad = 0;
+    for (int k = 0; k < 3; k++)
+        for (int r = 0; r < N; r++)
+            for (size_t i = 0; i < counts[k]; i++) bad += recv[k][(size_t)r * counts[k] + i] != input(r, i + (size_t)k * 7);
+    for (int r = 0; r < N; r++) bad += blocking[4 * r + 3] != (float)r || blocking[4 * r] != 1.0f;
+    if (bad) fprintf(stderr, "%s (%s): all-gathers in flight together: %d wrong values\n", label,
+                     fsdp_comm_gather_path(c, 3, FSDP_F32), bad);
+    CHECK(bad == 0);
+    for (int k = 0; k < 3; k++) free(send[k]), free(recv[k]);
+    free(blocking);
+}
+
 int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) {
@@ -431,13 +465,14 @@ int main(int argc, char **argv) {
     const char *algo = fsdp_comm_algo_setting();
     if (per_host > 1 && N > per_host && N % per_host == 0) {  // pretended hosts: the world reduce-scatters
         int flat = strcmp(algo, "p2p") == 0 || strcmp(algo, "mpi") == 0;  // hierarchically unless told not to
-        const char *path = fsdp_comm_path(world, 0, 10, FSDP_F32);
-        if (strcmp(path, flat ? algo : "hier") != 0) {
-            fprintf(stderr, "world of %d in hosts of %d, FSDP_COMM_ALGO=%s: reduce-scatter path %s\n", N, per_host,
-                    algo, path);
+        const char *path = fsdp_comm_path(world, 0, 10, FSDP_F32), *gpath = fsdp_comm_gather_path(world, 1, FSDP_F32);
+        if (strcmp(path, flat ? algo : "hier") != 0 || strcmp(gpath, flat ? "mpi" : "hier") != 0) {
+            fprintf(stderr, "world of %d in hosts of %d, FSDP_COMM_ALGO=%s: reduce-scatter path %s, all-gather path %s\n",
+                    N, per_host, algo, path, gpath);
             CHECK(0);
         }
     }
+    check_gathers_in_flight(world, "world");
     check_rank_order(world, "world");
     check_rank_order(half, "split");
     check_pieces(world, "world", 0);
