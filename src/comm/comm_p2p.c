@@ -11,6 +11,7 @@
 // A round = one chunk of every block = one counted "MPI call" (fsdp_comm_mpi_calls).
 #include <limits.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -234,8 +235,13 @@ static fsdp_status progress(comm_p2p *p, int blocking, int *done) {
         }
         int slot = (int)(p->finished % P2P_DEPTH), flag = 1;
         MPI_Request *rq = p->reqs + (size_t)slot * 2 * (size_t)(p->c->size - 1);
-        if (blocking) FSDP_CHECK(comm_mpi_check(MPI_Waitall(p->nreq[slot], rq, MPI_STATUSES_IGNORE), "MPI_Waitall"));
-        else FSDP_CHECK(comm_mpi_check(MPI_Testall(p->nreq[slot], rq, &flag, MPI_STATUSES_IGNORE), "MPI_Testall"));
+        // blocking: polls, yielding the CPU after a few (MPI_Waitall spins inside MPI, which starves the
+        // peer this rank waits for when ranks share cores)
+        for (long spin = 0;; spin++) {
+            FSDP_CHECK(comm_mpi_check(MPI_Testall(p->nreq[slot], rq, &flag, MPI_STATUSES_IGNORE), "MPI_Testall"));
+            if (flag || !blocking) break;
+            if (spin >= 64) sched_yield();
+        }
         if (!flag) break;
         finish_round(p, p->finished++);
         if (p->posted < p->rounds) FSDP_CHECK(post_round(p, p->posted++));
