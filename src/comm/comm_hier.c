@@ -179,9 +179,8 @@ static fsdp_status advance_gather(comm_hier *h) {
         if (flag) h->stage = 1;
     }
     if (h->stage == 1 && c->hier_ag_issued == h->seq) {
-        int H = c->hier_cross->size;
         fsdp_comm_mpi_count_call();
-        (void)H;  // in place: this rank's H blocks are already at their places in recv
+        // in place: this rank's H blocks are already at their places in recv
         FSDP_CHECK(comm_mpi_check(MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h->recv, 1, h->spread,
                                                  c->hier_ag_host, &h->intra_req), "MPI_Iallgather (within the host)"));
         c->hier_ag_issued++;
@@ -204,7 +203,6 @@ static fsdp_status advance_gathers(comm_hier *h) {
 }
 
 int comm_use_hier_gather(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
-    (void)dt;
     if (!comm_use_hier(c, count, dt)) return 0;
     size_t H = (size_t)c->hier_cross->size, L = (size_t)c->hier_intra->size, lim = fsdp_comm_max_count();
     // one MPI call per step (H blocks of count, L blocks apart, addressed in ints)
