@@ -35,6 +35,8 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (needs --ckpt-dir; 0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir); --steps stays the total, so it must exceed the checkpoint's step count (equal: nothing to train)", 1, 0, NULL},
         {"--device", ARG_STRING, &o->device, "where shards, gathered units, gradients and activations live: cpu, or guard (the CPU device with device memory unreadable from above the device layer: a test tool; default: $FSDP_DEVICE, else cpu)", 1, 0, NULL},
+        {"--deterministic", ARG_BOOL, &o->deterministic, "bit-identical losses, gradient norms and parameters on any world size that divides --det-chunks: the global batch (--global-batch, required) is cut into fixed chunks, each chunk's gradients are summed exactly in fixed point (docs/deterministic.md)", 1, 0, NULL},
+        {"--det-chunks", ARG_INT, &o->det_chunks, "--deterministic: chunks per step (each one micro-step of one rank; must divide --global-batch and be divisible by the world size; default world x --grad-accum when --grad-accum is given, else --global-batch: one sequence per chunk)", 0, 65536, NULL},
         {"--allow-lowp-resume", ARG_BOOL, &o->ckpt.allow_lowp, "--resume: accept a checkpoint stored in bf16 (fsdp-ckpt convert --dtype bf16), training on from its rounded weights and moments", 1, 0, NULL},
     };
     for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
@@ -51,6 +53,13 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank) 
     char line[200];
     if (needs_dir) {
         snprintf(line, sizeof line, "%s needs --ckpt-dir (without it no checkpoint is written)", needs_dir);
+        error = line;
+    } else if (o->det_chunks > 0 && !o->deterministic) {
+        snprintf(line, sizeof line, "--det-chunks %d needs --deterministic", o->det_chunks);
+        error = line;
+    } else if (o->deterministic && o->reduce_dtype == 2) {
+        snprintf(line, sizeof line, "--reduce-dtype bf16 does not apply with --deterministic (gradients are summed "
+                 "exactly in fixed point)");
         error = line;
     } else if (o->shard_group_size > 0 && o->strategy != FSDP_HYBRID_SHARD) {
         static const char *const strategy_flag[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "ddp"};
@@ -89,6 +98,9 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
     cfg->cpu_offload = o->cpu_offload;
     cfg->param_dtype = o->mixed_precision == 1 ? FSDP_BF16 : FSDP_F32;
     cfg->reduce_dtype = o->reduce_dtype == 0 ? cfg->param_dtype : o->reduce_dtype == 2 ? FSDP_BF16 : FSDP_F32;
+    cfg->deterministic = o->deterministic;
+    cfg->det_chunks = o->det_chunks;
+    if (cfg->deterministic) cfg->reduce_dtype = FSDP_F32;  // the digits travel as fp32 (exact sums)
     const char *w = o->wrap;
     if (strcmp(w, "transformer") == 0) {
         cfg->wrap = FSDP_WRAP_TRANSFORMER;
@@ -152,5 +164,36 @@ int cli_batch_resolve(const char *prog, int print, int given_batch, int *batch, 
         return -1;
     }
     *batch = (int)(*global / parts);
+    return 0;
+}
+
+int cli_det_resolve(const char *prog, int print, cli_fsdp_options *o, int given_batch, int given_accum, int no_sync,
+                    int *batch, int *global, int *grad_accum, int world) {
+    char line[320] = "";
+    int C = o->det_chunks > 0 ? o->det_chunks : given_accum ? world * *grad_accum : *global;
+    if (*global <= 0)
+        snprintf(line, sizeof line, "--deterministic needs --global-batch (the sequences per step must not depend on "
+                 "the world size)");
+    else if (given_batch)
+        snprintf(line, sizeof line, "--batch %d with --deterministic: give --global-batch (and --det-chunks) instead; "
+                 "each chunk of --global-batch / --det-chunks sequences is one micro-batch", *batch);
+    else if (no_sync)
+        snprintf(line, sizeof line, "--no-sync does not apply with --deterministic (each chunk's gradients are reduced "
+                 "exactly when its backward ends)");
+    else if (C < 1 || *global % C)
+        snprintf(line, sizeof line, "--det-chunks %d does not divide --global-batch %d", C, *global);
+    else if (C % world)
+        snprintf(line, sizeof line, "--det-chunks %d is not divisible by the world size %d (each rank takes "
+                 "det-chunks / world chunks)", C, world);
+    else if (given_accum && *grad_accum != C / world)
+        snprintf(line, sizeof line, "--grad-accum %d with --deterministic: each rank runs --det-chunks %d / world %d = %d "
+                 "micro-steps (one chunk each); drop --grad-accum or make them agree", *grad_accum, C, world, C / world);
+    if (line[0]) {
+        if (print) fprintf(stderr, "%s: %s\n", prog, line);
+        return -1;
+    }
+    o->det_chunks = C;
+    *batch = *global / C;
+    *grad_accum = C / world;
     return 0;
 }

@@ -20,9 +20,11 @@ typedef struct {
     int init_nonstrict;           // --init-nonstrict
     const char *device;           // --device cpu|guard (NULL: $FSDP_DEVICE, else cpu)
     cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume
+    int deterministic;            // --deterministic
+    int det_chunks;               // --det-chunks (0: resolved by cli_batch_resolve)
 } cli_fsdp_options;
 
-#define CLI_FSDP_NFLAGS 20
+#define CLI_FSDP_NFLAGS 22
 
 void cli_fsdp_defaults(cli_fsdp_options *o);
 // Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.
@@ -50,3 +52,12 @@ int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc 
 // Returns 0, or -1 after one line naming the flags and values (both given; not divisible), printed when
 // `print` (rank 0).
 int cli_batch_resolve(const char *prog, int print, int given_batch, int *batch, int *global, int grad_accum, int world);
+
+// The same under --deterministic: the global batch is cut into o->det_chunks chunks whatever the world
+// size (--det-chunks; default world x --grad-accum when --grad-accum is given, else one sequence per
+// chunk), each rank runs det_chunks / world micro-steps of one chunk (*grad_accum) of *global /
+// det_chunks sequences (*batch). Needs --global-batch; refuses --batch, --no-sync (no_sync), a
+// --grad-accum other than det_chunks / world, and chunk counts that do not divide. Sets
+// o->det_chunks. Returns 0, or -1 after one line naming the flags (printed when `print`).
+int cli_det_resolve(const char *prog, int print, cli_fsdp_options *o, int given_batch, int given_accum, int no_sync,
+                    int *batch, int *global, int *grad_accum, int world);

@@ -133,6 +133,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     // the loss (1,) of the last micro-step
     float *x = NULL, *xm = NULL, *xm_dev = NULL, *dy = NULL;
     double *loss_dev = NULL;
+    double *micro_losses = NULL;  // (grad_accum,) this rank's micro-steps' mean losses
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) {
@@ -154,7 +155,8 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     xm_dev = fsdp_dev_alloc(dev, sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
     dy = fsdp_dev_alloc(dev, sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
     loss_dev = fsdp_dev_alloc(dev, sizeof(double), FSDP_MEM_OTHER);
-    if (!x || !xm || !xm_dev || !dy || !loss_dev) {
+    micro_losses = malloc(sizeof(double) * (size_t)o->grad_accum);
+    if (!x || !xm || !xm_dev || !dy || !loss_dev || !micro_losses) {
         rc = fail("out of memory");
         goto done;
     }
@@ -183,8 +185,14 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
         fsdp_zero_grad(fs);
         double loss = 0.0;
+        // --deterministic: micro-step m is chunk R x grad_accum + m of the step (the columns it takes), its
+        // loss gradient that of its own mean (the engine divides the exact sum by det_chunks), its dropout
+        // keyed on the chunk
+        int det = o->fsdp.deterministic;
         for (int m = 0; m < o->grad_accum; m++) {
-            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, (uint64_t)step * (uint64_t)o->grad_accum + (uint64_t)m);
+            uint64_t micro_id = (uint64_t)step * (uint64_t)o->grad_accum + (uint64_t)m;
+            if (det) micro_id = ((uint64_t)step * (uint64_t)N + (uint64_t)R) * (uint64_t)o->grad_accum + (uint64_t)m;
+            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, micro_id);
             int sync = !o->no_sync || m == o->grad_accum - 1;
             const float *xin = xm_dev + (size_t)m * micro_n, *y = NULL;
             if (fsdp_begin_forward(fs, sync) != FSDP_OK ||
@@ -194,17 +202,23 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
             double micro_loss = 0.0;
             if (fsdp_dev_read(stream, &micro_loss, loss_dev, sizeof micro_loss) != FSDP_OK) goto failed;  // the log's
             loss += micro_loss / o->grad_accum;
+            micro_losses[m] = micro_loss;
             if (step == 0 && m == 0 && o->dump_output_path && dump_output(o, world, stream, y, micro) != FSDP_OK)
                 goto failed;
-            nn_abs_mean_backward(&ctx, dy, y, micro_n, 1.0f / (float)o->grad_accum);
+            nn_abs_mean_backward(&ctx, dy, y, micro_n, det ? 1.0f : 1.0f / (float)o->grad_accum);
             if (nn_sequential_backward(&ctx, &model.seq, dy, xin, NULL) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
                 goto failed;
         }
-        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
+        if (det) {  // the chunks' losses summed in chunk order
+            if (fsdp_det_mean(world, micro_losses, o->grad_accum, 1, &loss) != FSDP_OK) goto failed;
+        } else {
+            if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
+            loss /= N;
+        }
         double norm = 0.0;
-        if (o->clip > 0.0f) {  // clip_grad_norm_ over the true global norm of the sharded gradients
+        if (o->clip > 0.0f || det) {  // clip_grad_norm_ over the true global norm of the sharded gradients
             if (fsdp_grad_norm(fs, &norm) != FSDP_OK) goto failed;
-            fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
+            if (o->clip > 0.0f) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
         }
         // the gradients the optimizer sees (after clipping), for the parity tests
         if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
@@ -215,8 +229,10 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
             total_comm += fsdp_exposed_comm_seconds(fs) - c0;
         }
         if (R == 0) {
-            if (o->clip > 0.0f) printf("step %d loss %.9g grad_norm %.9g\n", step, loss / N, norm);
-            else printf("step %d loss %.9g\n", step, loss / N);
+            if (det)  // every bit: runs on other world sizes compare these exactly
+                printf("step %d loss %.17g grad_norm %.17g\n", step, loss, norm);
+            else if (o->clip > 0.0f) printf("step %d loss %.9g grad_norm %.9g\n", step, loss, norm);
+            else printf("step %d loss %.9g\n", step, loss);
             fflush(stdout);
         }
         int stop = 0;  // SIGINT/SIGTERM: every rank stops after this step, saves, exits 130
@@ -259,6 +275,7 @@ done:
     nn_encoder_stack_free(&model);
     free(x);
     free(xm);
+    free(micro_losses);
     return rc;
 }
 

@@ -236,6 +236,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     memset(&model, 0, sizeof model);
     fsdp_state *fs = NULL;
     int32_t *idx = NULL, *targets = NULL;  // [N*B, T] token ids and next-token targets
+    double *micro_losses = NULL;           // (grad_accum,) this rank's micro-steps' mean losses
     train_log log;
     memset(&log, 0, sizeof log);
     // --eval-only evaluates (unless --eval-batches 0) and reads --data only for its held-out split
@@ -321,7 +322,8 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     }
     idx = malloc(sizeof(int32_t) * (size_t)N * B * T);
     targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
-    if (!idx || !targets) {
+    micro_losses = malloc(sizeof(double) * (size_t)M);
+    if (!idx || !targets || !micro_losses) {
         rc = fail("out of memory");
         goto done;
     }
@@ -356,10 +358,15 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     for (int step = start_step; step < o->steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
         fsdp_zero_grad(fs);
-        float grad_scale = fsdp_fault_at_step("FSDP_TEST_NAN_GRAD", step, R) ? NAN : 1.0f / (float)M;
+        // --deterministic: each micro-step is chunk m x N + R of the step's det_chunks = M x N (the data's
+        // order), its loss gradient that of its own mean (the engine divides the exact sum by det_chunks),
+        // its dropout keyed on the chunk
+        int det = o->fsdp.deterministic;
+        float grad_scale = fsdp_fault_at_step("FSDP_TEST_NAN_GRAD", step, R) ? NAN : det ? 1.0f : 1.0f / (float)M;
         for (int m = 0; m < M; m++) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
-            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, (uint64_t)step * M + m);
+            uint64_t micro_id = det ? ((uint64_t)step * M + m) * N + R : (uint64_t)step * M + m;
+            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, micro_id);
             double micro_loss = 0.0;
             int sync = !o->no_sync || m == M - 1;  // --no-sync: reduce-scatter only after the last micro-step
             if (fsdp_begin_forward(fs, sync) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
@@ -367,10 +374,15 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
                 read_loss(&ctx, &model, &micro_loss) != FSDP_OK)  // the log's value, read once per micro-step
                 goto failed;
             loss += micro_loss / M;
+            micro_losses[m] = micro_loss;
         }
         if (fsdp_fault_at_step("FSDP_TEST_NAN_SHARD", step, R) && poison_grad_shard(fs) != FSDP_OK) goto failed;
-        if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
-        loss /= N;
+        if (det) {  // the chunks' losses summed in chunk order
+            if (fsdp_det_mean(world, micro_losses, M, 0, &loss) != FSDP_OK) goto failed;
+        } else {
+            if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
+            loss /= N;
+        }
         if (fsdp_fault_at_step("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;
         // A non-finite loss or gradient (the global norm, which any NaN or Inf element makes non-finite)
         // stops the run, or with --skip-nonfinite skips the update. The decision is collective: the loss
@@ -479,6 +491,7 @@ done:
     if (data) fsdp_data_close(data);
     free(idx);
     free(targets);
+    free(micro_losses);
     return rc;
 }
 

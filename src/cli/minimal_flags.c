@@ -44,6 +44,10 @@ int minimal_flags(minimal_options *o, cli_arg *args) {
 
 int minimal_resolve_batch(const char *prog, minimal_options *o, const cli_arg *args, int nargs, int argc,
                           char **argv, int world, int print) {
+    if (o->fsdp.deterministic)
+        return cli_det_resolve(prog, print, &o->fsdp, cli_given(args, nargs, argc, argv, "--batch"),
+                               cli_given(args, nargs, argc, argv, "--grad-accum"), o->no_sync, &o->batch,
+                               &o->global_batch, &o->grad_accum, world);
     return cli_batch_resolve(prog, print, cli_given(args, nargs, argc, argv, "--batch"), &o->batch, &o->global_batch,
                              o->grad_accum, world);
 }

@@ -62,6 +62,10 @@ int train_flags(train_options *o, cli_arg *args) {
 
 int train_resolve_batch(const char *prog, train_options *o, const cli_arg *args, int nargs, int argc, char **argv,
                         int world, int print) {
+    if (o->fsdp.deterministic)
+        return cli_det_resolve(prog, print, &o->fsdp, cli_given(args, nargs, argc, argv, "--batch"),
+                               cli_given(args, nargs, argc, argv, "--grad-accum"), o->no_sync, &o->batch,
+                               &o->global_batch, &o->grad_accum, world);
     return cli_batch_resolve(prog, print, cli_given(args, nargs, argc, argv, "--batch"), &o->batch, &o->global_batch,
                              o->grad_accum, world);
 }

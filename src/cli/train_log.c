@@ -33,7 +33,7 @@ static int evaluated(const train_record *r) { return !(r->val_loss < 0); }
 
 // JSON has no NaN or Inf: a non-finite value is written as null. buf: (cap) the text
 static void json_number(double v, char *buf, size_t cap) {
-    if (isfinite(v)) snprintf(buf, cap, "%.9g", v);
+    if (isfinite(v)) snprintf(buf, cap, "%.17g", v);  // round-trips: runs compare bit for bit
     else snprintf(buf, cap, "null");
 }
 

@@ -44,7 +44,10 @@
     X(adamw_update, float *, const float *, float *, float *, size_t, float, float, float, float, float, float, \
       float)                                                                                                  \
     X(sgd_update, float *, const float *, float *, size_t, float, float, float, float, int, int)              \
-    X(sum_squares, double *, const float *, size_t)
+    X(sum_squares, double *, const float *, size_t)                                                          \
+    X(fixed_quantize, float *, const float *, size_t, size_t, const fsdp_fixed_format *)                     \
+    X(fixed_finalize, float *, const float *, size_t, const fsdp_fixed_format *, double)                     \
+    X(sum_squares_exact, int64_t *, const float *, size_t)
 
 // Parameter lists from type lists: DK_PARAMS(int, float) is `int a1, float a2`, DK_ARGS(int, float) is
 // `a1, a2` (positional, so no argument can be dropped or swapped).

@@ -192,7 +192,7 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
 }
 
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
-    if (u->grad == GRAD_NONE && s->staging[0] && s->sync && u->block >= 0) {
+    if (u->grad == GRAD_NONE && s->staging[0] && s->sync && u->block >= 0 && !s->cfg.deterministic) {
         // this micro-step's gradients go straight into shared memory: the reduce-scatter reads them in
         // place. Two buffers alternate, so a buffer is only rewritten after every rank has passed the
         // next unit's reduce-scatter, i.e. finished reading it.
@@ -222,14 +222,18 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     const fsdp_kernels *k = s->k;
     fsdp_stream *cs = s->comm_stream;
     const char *op = s->replicated ? "all_reduce" : "reduce_scatter";
-    int lp = s->cfg.reduce_dtype == FSDP_BF16;
-    size_t bytes = (lp ? sizeof(uint16_t) : sizeof(float)) * (size_t)u->padded;
+    int det = s->cfg.deterministic;
+    int lp = s->cfg.reduce_dtype == FSDP_BF16 && !det;
+    size_t bytes = (det ? sizeof(float) * (size_t)s->det_fmt.limbs : lp ? sizeof(uint16_t) : sizeof(float)) *
+                   (size_t)u->padded;
     FSDP_CHECK(comm_after_compute(s));  // the backward's gradients
     fsdp_trace_begin(op, FSDP_SPAN_COMM, u->name);
     fsdp_trace_add_bytes(bytes);
     double t0 = fsdp_now_sec();
     fsdp_status st;
-    if (lp) {  // bf16 on the wire: the gradients become bf16 in place, then fp32 sums of bf16 payloads
+    if (det) {  // fixed-point digits, summed exactly (deterministic.c)
+        st = det_reduce_grads(s, u);
+    } else if (lp) {  // bf16 on the wire: the gradients become bf16 in place, then fp32 sums of bf16 payloads
         k->f32_to_bf16_in_place(cs, u->full_grad, (size_t)u->padded);
         fsdp_bf16 *g = (fsdp_bf16 *)u->full_grad, *r = (fsdp_bf16 *)s->reduce_buf;  // (padded,), (shard_numel,)
         if (s->replicated) {
@@ -362,6 +366,9 @@ fsdp_status engine_install_hooks(fsdp_state *s) {
 }
 
 fsdp_status fsdp_begin_forward(fsdp_state *s, int sync) {
+    if (!sync && s->cfg.deterministic)
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "deterministic mode: no_sync is not supported (every chunk's "
+                          "gradients are reduced exactly as it ends)");
     s->sync = sync;
     if (!s->root) return FSDP_OK;
     FSDP_CHECK(fsdp_unshard(s, s->root));
@@ -386,7 +393,9 @@ fsdp_status fsdp_end_backward(fsdp_state *s) {
     for (int i = 0; i < s->n_units; i++)
         if (s->units[i].state != UNIT_SHARDED)
             return fsdp_error(FSDP_ERR_INTERNAL, "unit %s still unsharded after backward", s->units[i].name);
-    return compute_after_comm(s);  // the optimizer reads the reduced gradient shards
+    FSDP_CHECK(compute_after_comm(s));  // the optimizer reads the reduced gradient shards
+    if (s->cfg.deterministic) det_finalize(s);
+    return FSDP_OK;
 }
 
 void fsdp_zero_grad(fsdp_state *s) {
@@ -394,9 +403,11 @@ void fsdp_zero_grad(fsdp_state *s) {
         fsdp_unit *u = &s->units[i];
         fsdp_dev_memset(s->compute, u->shard_grad, 0, sizeof(float) * (size_t)u->shard_numel);
     }
+    if (s->cfg.deterministic) det_zero(s);
 }
 
 fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm) {
+    if (s->cfg.deterministic) return det_grad_norm(s, norm);
     double sq = 0.0;
     FSDP_CHECK(fsdp_dev_memset(s->compute, s->norm_acc, 0, sizeof(double)));
     for (int i = 0; i < s->n_units; i++)

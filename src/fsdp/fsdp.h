@@ -55,6 +55,13 @@ typedef struct {
                                  // fsdp_compute_kernels' table), LayerNorm, softmax and the loss stay fp32
     fsdp_dtype reduce_dtype;     // FSDP_BF16: gradients reduce-scatter (all-reduce) as bf16 on the wire,
                                  // summed in fp32, rounded to bf16 once, added to the fp32 gradient shard
+    // Deterministic mode (docs/deterministic.md): gradients are summed in fixed point, exactly, so the
+    // gradient shards, their norm and so every update are the same bits on any world size, as long as
+    // the caller feeds the same det_chunks chunks of the global batch, one per micro-step, each with a
+    // loss gradient of its own mean (scale 1: the engine divides the sum by det_chunks), and keys
+    // dropout on the chunk. no_sync is refused; reduce_dtype does not apply (the sums are exact).
+    int deterministic;
+    int det_chunks;              // chunks (micro-steps over all ranks) per optimizer step
 } fsdp_config;
 
 fsdp_config fsdp_config_default(void);  // FULL_SHARD, transformer wrap, BACKWARD_PRE, limit 2, fp32
@@ -146,6 +153,13 @@ const fsdp_kernels *fsdp_compute_kernels(const fsdp_state *s);
 // fsdp_compute_kernels; training, seed and step as given.
 nn_ctx fsdp_model_ctx(const fsdp_state *s, int training, uint64_t seed, uint64_t step);
 fsdp_dev *fsdp_state_device(const fsdp_state *s);
+
+// Deterministic mode: the fixed-point format that sums `contributions` values exactly.
+fsdp_fixed_format fsdp_det_format(int contributions);
+// The mean of every rank's per_rank values (mine: (per_rank,)), summed in chunk order whatever the
+// world size: chunk (rank r, micro-step m) is r * per_rank + m when rank_major, else m * world + r.
+// Collective over world.
+fsdp_status fsdp_det_mean(fsdp_comm *world, const double *mine, int per_rank, int rank_major, double *mean);
 
 // Layout and memory
 int fsdp_unit_count(const fsdp_state *s);

@@ -53,6 +53,8 @@ struct fsdp_unit {
     fsdp_event *gathered;    // recorded on the comm stream after this unit's all-gather
     int64_t opt_offset;      // where the unit's shard sits in the optimizer state
     int order_pos;           // position in the recorded forward order, -1 before it is known
+    float *det_acc;          // (limbs, shard_numel) deterministic mode: the gradient's fixed-point digit
+                             // sums over this step's chunks, or NULL                  FSDP_MEM_GRADS
 };
 
 #define FSDP_PAD_ALIGN 16  // shards are multiples of 16 floats (64 bytes)
@@ -102,6 +104,11 @@ struct fsdp_state {
     int next_staging;
     int n_file_meta;
     char **file_meta;         // (2*n_file_meta,) key, value, ...: metadata every file written carries
+    // deterministic mode (deterministic.c)
+    fsdp_fixed_format det_fmt;
+    float *det_send;          // (limbs * max padded,) a unit's gradient digits, blocked per rank  FSDP_MEM_COMM
+    float *det_recv;          // (limbs * max shard_numel,) the digit sums of this rank's block     FSDP_MEM_COMM
+    int64_t *det_words;       // (FSDP_XSUM_WORDS,) device: exact sum of squares                   FSDP_MEM_OTHER
 };
 
 // The piece of parameter i of unit u held by the rank whose shard starts at flat element
@@ -158,6 +165,14 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
 // Gathers a per-shard array of the unit (its shard, shard_grad, or an optimizer moment slice; src:
 // (shard_numel,)) into the full flat layout dst (padded,).
 fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst);
+
+// deterministic.c (all no-ops unless cfg.deterministic; see there)
+fsdp_status det_setup(fsdp_state *s);  // the format and buffers, called by fsdp_wrap after the units
+void det_free(fsdp_state *s);
+void det_zero(fsdp_state *s);                              // zero the digit accumulators (compute stream)
+fsdp_status det_reduce_grads(fsdp_state *s, fsdp_unit *u);  // quantize + reduce (comm stream)
+void det_finalize(fsdp_state *s);                           // shard_grad from the digits (compute stream)
+fsdp_status det_grad_norm(fsdp_state *s, double *norm);
 
 // Adds the fsdp_set_file_metadata pairs to a file being written.
 fsdp_status fsdp_add_file_metadata(const fsdp_state *s, st_writer *w);

@@ -302,6 +302,7 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
             s->staging[0] = NULL;
         }
     }
+    FSDP_CHECK(det_setup(s));
     FSDP_CHECK(engine_install_hooks(s));
     if (s->debug >= 1 && fsdp_comm_rank(s->world) == 0) fsdp_print_summary(s, stderr);
     return FSDP_OK;
@@ -324,6 +325,7 @@ void fsdp_free_state(fsdp_state *s) {
     if (!s) return;
     if (s->compute) fsdp_stream_synchronize(s->compute);  // nothing may still use what is freed below
     if (s->comm_stream) fsdp_stream_synchronize(s->comm_stream);
+    det_free(s);
     for (int i = 0; i < s->n_units; i++) unit_free(s, &s->units[i]);
     if (s->model.blocks) s->model.blocks->hooks = NULL;
     for (int i = 0; i < s->pool_n; i++) fsdp_dev_free(s->dev, s->pool[i]);

@@ -24,6 +24,22 @@ typedef struct {
     fsdp_rng rng;          // dropout stream
 } fsdp_attention_dims;
 
+// Fixed point for exact sums in any order (the deterministic mode, fsdp/deterministic.c): a value g is
+// the integer v = rint(g * 2^frac_bits), stored as `limbs` balanced digits of limb_bits bits each
+// (v = sum_k d_k 2^(k limb_bits), |d_k| <= 2^(limb_bits-1)), every digit a float. fp32 sums of up to
+// 2^(25 - limb_bits) such digit vectors are exact, hence the same whatever their order.
+typedef struct {
+    int limbs;      // digits per value
+    int limb_bits;  // bits per digit (<= 24)
+    int frac_bits;  // fraction bits: the grid is 2^-frac_bits
+} fsdp_fixed_format;
+
+// Words of an exact sum of squares (sum_squares_exact): word w holds bits [32 w, 32 w + 32) of the sum
+// counted from 2^-298 (the square of the smallest fp32 subnormal), carried; the last word is -1 when a
+// square was NaN or Inf.
+#define FSDP_XSUM_WORDS 20
+#define FSDP_XSUM_LOW (-298)
+
 typedef struct fsdp_kernels {
     const char *name;
     fsdp_device device;
@@ -111,6 +127,19 @@ typedef struct fsdp_kernels {
     // acc (1,) device += sum of squares of x (n,), accumulated in double (the partial sums in the
     // order the host-returning form used, so norms stay bit-identical)
     void (*sum_squares)(fsdp_stream *st, double *acc, const float *x, size_t n);
+
+    // Fixed point (fsdp_fixed_format above). fixed_quantize: limbs gets the digits of g (n,), laid out
+    // in blocks of `block` elements: digit k of element i at limbs[((i / block) * limbs + k) * block +
+    // i % block] (so a reduce-scatter of block*limbs per rank hands each rank its elements' digits);
+    // NaN, Inf or |g| >= 2^(limbs*limb_bits - 1 - frac_bits) makes digit 0 NaN. limbs: (limbs * n,)
+    void (*fixed_quantize)(fsdp_stream *st, float *limbs, const float *g, size_t n, size_t block,
+                           const fsdp_fixed_format *f);
+    // out (n,) = scale * the value of the digit sums acc (limbs, n) (digit k of element i at acc[k*n+i]),
+    // each element computed in double from the top digit down, rounded once to fp32. Overwrites out.
+    void (*fixed_finalize)(fsdp_stream *st, float *out, const float *acc, size_t n, const fsdp_fixed_format *f,
+                           double scale);
+    // words (FSDP_XSUM_WORDS,) device += the exact sum of squares of x (n,), carried.
+    void (*sum_squares_exact)(fsdp_stream *st, int64_t *words, const float *x, size_t n);
 } fsdp_kernels;
 
 // The CPU tables the host-memory devices (device/) bind to their streams. Code above the device

@@ -1,6 +1,7 @@
 // table.c: the CPU kernel tables. Each entry is a thin wrapper that drops the stream (on a host-memory
 // device a kernel runs when it is called) and calls the plain cpu_* kernel; the kernels that produce a
 // scalar write it into the caller's (device) double instead of returning it.
+#include "kernels/cpu/cpu_fixed.h"
 #include "kernels/cpu/cpu_kernels.h"
 
 // WRAP(entry, kernel, (fsdp_stream *st, parameters...), (arguments...)): static void entry(...) that
@@ -109,6 +110,15 @@ static void t_sum_squares(fsdp_stream *st, double *acc, const float *x, size_t n
     *acc += cpu_sum_squares(x, n);
 }
 
+WRAP(t_fixed_quantize, cpu_fixed_quantize,
+     (fsdp_stream *st, float *limbs, const float *g, size_t n, size_t block, const fsdp_fixed_format *f),
+     (limbs, g, n, block, f))
+WRAP(t_fixed_finalize, cpu_fixed_finalize,
+     (fsdp_stream *st, float *out, const float *acc, size_t n, const fsdp_fixed_format *f, double scale),
+     (out, acc, n, f, scale))
+WRAP(t_sum_squares_exact, cpu_sum_squares_exact, (fsdp_stream *st, int64_t *words, const float *x, size_t n),
+     (words, x, n))
+
 // the entries both tables share (everything but the matrix products)
 #define CPU_COMMON_ENTRIES                                                                                   \
     .device = FSDP_DEV_CPU, .gemm_b16 = t_gemm_b16, .layernorm_forward = t_layernorm_forward,                \
@@ -122,7 +132,8 @@ static void t_sum_squares(fsdp_stream *st, double *acc, const float *x, size_t n
     .embedding_backward = t_embedding_backward, .cross_entropy_forward = t_cross_entropy_forward,            \
     .cross_entropy_backward = t_cross_entropy_backward, .abs_mean_forward = t_abs_mean_forward,              \
     .abs_mean_backward = t_abs_mean_backward, .adamw_update = t_adamw_update, .sgd_update = t_sgd_update,    \
-    .sum_squares = t_sum_squares
+    .sum_squares = t_sum_squares, .fixed_quantize = t_fixed_quantize, .fixed_finalize = t_fixed_finalize,     \
+    .sum_squares_exact = t_sum_squares_exact
 
 static const fsdp_kernels cpu_table = {
     .name = "cpu",
