@@ -141,6 +141,7 @@ int main(int argc, char **argv) {
         in.seq = m.seq, in.batch = m.batch, in.grad_accum = m.grad_accum, in.threads = m.threads;
         if (m.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     }
+    if (f->deterministic) in.det_limbs = fsdp_det_format(f->det_chunks).limbs;  // det_chunks resolved above
     in.world = world;
     int per_host = no_shm ? 1 : pf.ranks_per_host > 0 && pf.ranks_per_host < world ? pf.ranks_per_host : world;
     if (world % per_host) {
@@ -167,7 +168,7 @@ int main(int argc, char **argv) {
            "micro-steps, param %s, reduce %s\n",
            in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
            in.activation_checkpointing ? ", activation checkpointing" : "", in.batch, in.grad_accum,
-           in.param_bf16 ? "bf16" : "fp32", in.reduce_bf16 ? "bf16" : "fp32");
+           in.param_bf16 ? "bf16" : "fp32", in.det_limbs ? "exact (--deterministic)" : in.reduce_bf16 ? "bf16" : "fp32");
     printf("per-rank peak memory (MiB):\n");
     printf("  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n  %-28s %10.1f\n",
            "parameters (shards)", p.params / mib, "gradients (shards)", p.grads / mib, "optimizer (AdamW m, v)",

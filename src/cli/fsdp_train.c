@@ -425,7 +425,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
                             (double)fsdp_mem_peak_total(), -1.0, norm};
         if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
-            train_evaluate(fs, &model, val, B, T, o->eval_batches, (uint64_t)o->seed, world, &rec.val_loss) != FSDP_OK)
+            train_evaluate(fs, &model, val, B, T, o->eval_batches, det ? M : 0, (uint64_t)o->seed, world, &rec.val_loss) != FSDP_OK)
             goto failed;
         if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
         int stop = 0;  // every rank stops after the same step

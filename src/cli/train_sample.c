@@ -123,27 +123,35 @@ int train_eval_only_check(const char *prog, const cli_arg *args, int nargs, int 
 // Evaluation
 
 fsdp_status train_evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, int batch, int seq,
-                           int eval_batches, uint64_t seed, fsdp_comm *world, double *out) {
+                           int eval_batches, int det_micro, uint64_t seed, fsdp_comm *world, double *out) {
     nn_ctx ctx = fsdp_model_ctx(fs, 0, seed, 0);
     size_t n = (size_t)batch * seq;
+    int M = det_micro > 0 ? det_micro : 1, R = fsdp_comm_rank(world), N = fsdp_comm_size(world);
     int32_t *idx = malloc(sizeof(int32_t) * n), *targets = malloc(sizeof(int32_t) * n);  // (batch, seq) each
-    fsdp_status s = idx && targets ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory for validation");
+    double *losses = malloc(sizeof(double) * (size_t)eval_batches * M);  // (eval_batches, M) this rank's
+    fsdp_status s = idx && targets && losses ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory for validation");
     double total = 0.0;
-    for (int b = 0; b < eval_batches && s == FSDP_OK; b++) {
-        fsdp_data_batch(val, b, 0, 1, fsdp_comm_rank(world), fsdp_comm_size(world), batch, seq, idx, targets);
-        s = fsdp_begin_eval(fs);
-        if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, idx, targets, batch, seq);
-        if (s == FSDP_OK) s = fsdp_end_eval(fs);
-        double loss = 0.0;  // the device scalar model->loss, read for the mean
-        if (s == FSDP_OK) s = fsdp_dev_read(ctx.stream, &loss, model->loss, sizeof loss);
-        total += loss;
-    }
+    for (int b = 0; b < eval_batches && s == FSDP_OK; b++)
+        for (int m = 0; m < M && s == FSDP_OK; m++) {  // --deterministic: chunk m x N + R of batch b
+            fsdp_data_batch(val, b, m, M, R, N, batch, seq, idx, targets);
+            s = fsdp_begin_eval(fs);
+            if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, idx, targets, batch, seq);
+            if (s == FSDP_OK) s = fsdp_end_eval(fs);
+            double loss = 0.0;  // the device scalar model->loss, read for the mean
+            if (s == FSDP_OK) s = fsdp_dev_read(ctx.stream, &loss, model->loss, sizeof loss);
+            total += loss;
+            losses[(size_t)b * M + m] = loss;
+        }
     free(idx);
     free(targets);
-    FSDP_CHECK(s);
-    FSDP_CHECK(fsdp_all_reduce_double(world, &total));
-    *out = total / eval_batches / fsdp_comm_size(world);
-    return FSDP_OK;
+    if (s == FSDP_OK && det_micro > 0) {  // summed in chunk order: the same bits on any world size
+        s = fsdp_det_mean(world, losses, eval_batches * M, 0, out);
+    } else if (s == FSDP_OK) {
+        s = fsdp_all_reduce_double(world, &total);
+        *out = total / eval_batches / N;
+    }
+    free(losses);
+    return s;
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -296,7 +304,7 @@ fsdp_status train_eval_only(fsdp_state *fs, nn_gpt2 *model, const cli_ckpt_optio
     }
     if (val && eval_batches > 0) {
         double loss = 0.0;
-        FSDP_CHECK(train_evaluate(fs, model, val, batch, seq, eval_batches, seed, world, &loss));
+        FSDP_CHECK(train_evaluate(fs, model, val, batch, seq, eval_batches, 0, seed, world, &loss));
         if (rank == 0) {
             printf("eval: val_loss %.9g (%d batches of %d x %d tokens per rank of %s)\n", loss, eval_batches, batch,
                    seq, fsdp_data_name(val));

@@ -40,9 +40,12 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
                                   int seq, uint64_t seed, int rank, FILE *out);
 
 // Mean loss over eval_batches fixed validation micro-batches (batch x seq each; steps 0, 1, ... of val as
-// fsdp_data_batch orders them; no dropout), averaged over ranks. Reads into its own buffers. Collective.
+// fsdp_data_batch orders them; no dropout), averaged over ranks. det_micro > 0 (--deterministic): each
+// validation batch is det_micro micro-steps per rank, one chunk each as in training, and the chunks'
+// losses are summed in chunk order (the same bits on any world size). Reads into its own buffers.
+// Collective.
 fsdp_status train_evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, int batch, int seq,
-                           int eval_batches, uint64_t seed, fsdp_comm *world, double *out);
+                           int eval_batches, int det_micro, uint64_t seed, fsdp_comm *world, double *out);
 
 // --eval-only: the flags that only training uses, which are one-line errors with it (--grad-accum only
 // when it is not 1). NULL-terminated; names a tool's table lacks are skipped.

@@ -102,6 +102,8 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t max_shard = n_block_units ? block_padded / G : 0;
     if (root_padded / G > max_shard) max_shard = root_padded / G;
     p.communication = 4.0 * (max_shard ? max_shard : 1);
+    int K = in->det_limbs;  // deterministic.c: digit accumulators, and the digits sent and received
+    if (K > 0) p.grads += 4.0 * K * local;
     // which groups use shared memory: those whose ranks all lie on one host (comm_shm_setup), for
     // rank 0: its shard group [0, G) and its replica group {0, G, 2G, ..} (HYBRID_SHARD), or the world
     int shm_world = in->shared_memory && p.hosts == 1;
@@ -112,9 +114,10 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // Collectives whose operands are not in shared memory go through the group's window (comm_shm.c):
     // two halves of the largest message, 64-byte rounded; across nodes a bf16 reduction gathers
     // every rank's payload into one scratch (comm.c) instead. ge: bytes per gradient element.
-    double ge = in->reduce_bf16 ? 2.0 : 4.0;
+    double ge = K > 0 ? 4.0 * K : in->reduce_bf16 ? 2.0 : 4.0;
     int64_t max_unit = n_block_units ? block_padded : 0;
     if (root_padded > max_unit) max_unit = root_padded;
+    if (K > 0) p.communication += 4.0 * K * (double)((max_unit ? max_unit : 1) + (max_shard ? max_shard : 1));
     int R = replicated ? 1 : world / G;
     // a shard group spanning hosts with m > 1 of its ranks on each reduce-scatters and all-gathers
     // hierarchically: hier_m = m
@@ -129,7 +132,9 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         if (shm_world) window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
         else if (in->reduce_bf16) p2p_scratch = max2(p2p_scratch, p2p_bytes(world, (max_unit + world - 1) / world, ge));
     }
-    if (!replicated && G > 1 && zero_copy) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
+    if (!replicated && G > 1 && zero_copy && K > 0) {  // deterministic: every unit's digits through the window
+        window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
+    } else if (!replicated && G > 1 && zero_copy) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
         if (root_padded) window += 2.0 * round_up((int64_t)(ge * root_padded), 64);
     } else if (!replicated && G > 1 && shm_shard) {  // every unit's reduce-scatter and all-gather goes through the window
         double pe = in->param_bf16 ? 2.0 : 4.0;
@@ -152,7 +157,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
     double root_bytes = 4.0 * (double)root_padded;
-    int staging = !replicated && zero_copy && G > 1 && n_block_units > 0;
+    int staging = !replicated && zero_copy && G > 1 && n_block_units > 0 && K == 0;
     double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
         p.unsharded = unit_bytes + root_bytes;

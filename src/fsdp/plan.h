@@ -36,6 +36,9 @@ typedef struct {
     int reduce_bf16;      // MixedPrecision reduce_dtype bf16 (gradient reductions of 2 bytes per element)
     int threads;          // OpenMP threads per rank (0: 1)
     int bf16_emulated;    // the bf16 GEMM runs emulated (no avx512_bf16 or AMX: fp32 copies, then the fp32 GEMM)
+    int det_limbs;        // --deterministic: fixed-point digits per gradient element (fsdp_det_format), 0 off:
+                          // reductions of 4 x det_limbs bytes per element, a digit accumulator per shard, no
+                          // gradient staging; grad_accum is then the chunks per rank
 } fsdp_plan_input;
 
 typedef struct {

@@ -289,7 +289,7 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
             if (!s->root_pool) return FSDP_ERR_NOMEM;
         }
     }
-    if (!s->replicated && max_block > 0 && fsdp_dev_host_addressable(s->dev)) {
+    if (!s->replicated && max_block > 0 && fsdp_dev_host_addressable(s->dev) && !cfg.deterministic) {
         // two alternating shared buffers for block units' gradients (zero-copy reduce-scatter)
         size_t bytes = sizeof(float) * (size_t)max_block;
         s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);

@@ -1,6 +1,7 @@
 """fsdp-plan's prediction (`fsdp-plan train` with the run's own flags) against measured runs of fsdp-train: per-rank peak memory by category, the
 total, and the bytes sent per step, within 10%, across world sizes, strategies, wrap policies,
-prefetch settings, gradient accumulation, activation checkpointing and bf16 mixed precision.
+prefetch settings, gradient accumulation, activation checkpointing, bf16 mixed precision and
+--deterministic.
 Then the accounting against the OS on the GPT benchmark model (6 layers, d_model 512, seq 256) at 1, 2
 and 4 ranks: the accounted peak within 10% of the rank's data PSS (anonymous + proportional shared
 memory, which is what the rank holds; peak RSS also counts the peers' shared pages it maps and library
@@ -55,6 +56,20 @@ def main():
         p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + MODEL +
                  ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)  # the run's flags
         predicted = numbers(p.stdout, "prediction:")
+        for k in KEYS:
+            chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
+    # --deterministic: fixed-point digits on the wire (4 bytes x limbs per element), a digit accumulator per
+    # gradient shard, no gradient staging; --grad-accum is the chunks per rank
+    for world, extra in ((1, []), (2, []), (4, []), (2, ["--strategy", "ddp"]), (3, ["--wrap", "none"]),
+                         (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2"]),
+                         (2, ["--mixed-precision", "bf16"]), (2, ["--strategy", "shard_grad_op", "--det-chunks", "4"])):
+        label = f"--deterministic, {world} rank(s) {' '.join(extra) or 'full_shard'}"
+        flags = MODEL + ["--global-batch", "12", "--deterministic", "--steps", "2", "--threads", "1", "--summary"] + extra
+        r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + flags)
+        measured = numbers(r.stdout, "memory rank 0:")
+        measured["total"] = measured.pop("total_peak", None)
+        predicted = numbers(proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + flags).stdout,
+                            "prediction:")
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
     # without shared memory (ranks on different nodes): plain MPI collectives, no gradient staging, and
