@@ -297,7 +297,10 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s, precision %s (reduce %s, kernels %s)\n", N,
                omp_get_max_threads(), fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->fsdp.wrap,
                fsdp_comm_backend(fsdp_shard_comm(fs)), fsdp_dtype_name(fcfg.param_dtype),
-               fsdp_dtype_name(fcfg.reduce_dtype), k->name);
+               fcfg.deterministic ? "exact" : fsdp_dtype_name(fcfg.reduce_dtype), k->name);
+        if (fcfg.deterministic)
+            printf("  deterministic: %d chunks of %d sequences per step, %d per rank (docs/deterministic.md)\n",
+                   fcfg.det_chunks, B, M);
         char threads_line[160];
         printf("  %s\n", fsdp_threads_describe(&o->thread_choice, threads_line, sizeof threads_line));
         if (o->eval_only)

@@ -30,7 +30,7 @@ fsdp_fixed_format fsdp_det_format(int contributions) {
     fsdp_fixed_format f;
     f.limb_bits = 25 - log2c > 24 ? 24 : 25 - log2c;  // contributions * 2^(limb_bits - 1) <= 2^24
     f.frac_bits = DET_FRAC_BITS;
-    f.limbs = (DET_FRAC_BITS + DET_RANGE_BITS + 1 + f.limb_bits - 1) / f.limb_bits;
+    f.limbs = (DET_FRAC_BITS + DET_RANGE_BITS + 1 + f.limb_bits - 1) / f.limb_bits;  // <= 16 (limb_bits >= 9)
     return f;
 }
 

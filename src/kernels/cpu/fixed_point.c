@@ -17,25 +17,30 @@
 
 #include "kernels/cpu/cpu_fixed.h"
 
+#define FIXED_MAX_LIMBS 16
+
 void cpu_fixed_quantize(float *limbs, const float *g, size_t n, size_t block, const fsdp_fixed_format *f) {
     const int K = f->limbs, B = f->limb_bits;
     const double to_fixed = ldexp(1.0, f->frac_bits);
     const double bound = ldexp(1.0, K * B - 1);  // |v| must stay below: the top digit's range
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        size_t q = i / block, j = i % block;
-        float *out = limbs + q * (size_t)K * block + j;  // digit k at out[k * block]
-        double v = rint((double)g[i] * to_fixed);          // exact: g has 24 significant bits
-        if (!(fabs(v) < bound)) {  // NaN, Inf, or out of range: poison the element
-            out[0] = NAN;
-            for (int k = 1; k < K; k++) out[(size_t)k * block] = 0.0f;
-            continue;
-        }
-        for (int k = K - 1; k >= 0; k--) {
-            double p = ldexp(1.0, k * B);
-            double d = rint(v / p);  // exact division by a power of two; balanced digit
-            v -= d * p;              // exact: the remainder keeps v's significant bits
-            out[(size_t)k * block] = (float)d;
+    double place[FIXED_MAX_LIMBS], inv_place[FIXED_MAX_LIMBS];  // 2^(k B) and 2^-(k B)
+    for (int k = 0; k < K && k < FIXED_MAX_LIMBS; k++) place[k] = ldexp(1.0, k * B), inv_place[k] = ldexp(1.0, -k * B);
+    for (size_t q = 0; q < (n + block - 1) / block; q++) {
+        size_t lo = q * block, hi = lo + block < n ? lo + block : n;
+        float *out = limbs + q * (size_t)K * block - lo;  // digit k of element i at out[k * block + i]
+#pragma omp parallel for schedule(static) if (hi - lo > 65536)
+        for (size_t i = lo; i < hi; i++) {
+            double v = rint((double)g[i] * to_fixed);  // exact: g has 24 significant bits
+            if (!(fabs(v) < bound)) {  // NaN, Inf, or out of range: poison the element
+                out[i] = NAN;
+                for (int k = 1; k < K; k++) out[(size_t)k * block + i] = 0.0f;
+                continue;
+            }
+            for (int k = K - 1; k >= 0; k--) {
+                double d = rint(v * inv_place[k]);  // exact scaling by a power of two; balanced digit
+                v -= d * place[k];                  // exact: the remainder keeps v's significant bits
+                out[(size_t)k * block + i] = (float)d;
+            }
         }
     }
 }
@@ -43,10 +48,12 @@ void cpu_fixed_quantize(float *limbs, const float *g, size_t n, size_t block, co
 void cpu_fixed_finalize(float *out, const float *acc, size_t n, const fsdp_fixed_format *f, double scale) {
     const int K = f->limbs, B = f->limb_bits;
     const double unit = ldexp(scale, -f->frac_bits);
+    double place[FIXED_MAX_LIMBS];
+    for (int k = 0; k < K && k < FIXED_MAX_LIMBS; k++) place[k] = ldexp(1.0, k * B);
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (size_t i = 0; i < n; i++) {
         double v = 0.0;
-        for (int k = K - 1; k >= 0; k--) v += ldexp((double)acc[(size_t)k * n + i], k * B);
+        for (int k = K - 1; k >= 0; k--) v += (double)acc[(size_t)k * n + i] * place[k];
         out[i] = (float)(v * unit);
     }
 }
