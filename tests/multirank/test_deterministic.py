@@ -20,7 +20,8 @@ DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".."
                     "tinyshakespeare.txt")
 # a tiny GPT; 12 sequences per step, 12 chunks: world sizes 1, 2, 3, 4 all divide them
 TRAIN = ["--layers", "2", "--d-model", "32", "--heads", "2", "--seq", "16", "--global-batch", "12",
-         "--steps", "3", "--dropout", "0.1", "--clip-grad-norm", "0.5", "--lr", "3e-3", "--warmup", "0"]
+         "--steps", "3", "--dropout", "0.1", "--clip-grad-norm", "0.5", "--lr", "3e-3", "--warmup", "0",
+         "--lr-schedule", "constant"]  # constant: a run cut short at step 2 updates as the whole run does
 MINIMAL = ["--layers", "2", "--d-model", "32", "--heads", "4", "--ffn", "64", "--seq", "4", "--global-batch", "8",
            "--steps", "3", "--clip-grad-norm", "0.5"]
 STRATEGIES = ["full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "ddp"]
