@@ -1,12 +1,20 @@
 // cross_entropy.c: softmax cross-entropy over V classes, mean over N rows (torch.nn.functional.cross_entropy).
+// Threads take rows; the rows' losses (double) are then added in row order on one thread, so the mean
+// has the serial loop's bits on any thread count.
 #include <math.h>
+#include <stdlib.h>
 
+#include "core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
+
+#define CE_STACK_ROWS 1024  // row losses kept on the stack up to this many rows (more: one malloc)
 
 double cpu_cross_entropy_forward(float *losses, float *probs, const float *logits,
                                  const int32_t *targets, int N, int V) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
+    double stack_rows[CE_STACK_ROWS];  // (N,) row losses when N <= CE_STACK_ROWS
+    double *row_loss = N <= CE_STACK_ROWS ? stack_rows : malloc(sizeof(double) * (size_t)N);  // (N,)
+    FSDP_ASSERT(row_loss != NULL);
+#pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *z = logits + (size_t)n * V;
         float *p = probs + (size_t)n * V;
@@ -21,8 +29,11 @@ double cpu_cross_entropy_forward(float *losses, float *probs, const float *logit
         for (int v = 0; v < V; v++) p[v] *= inv;
         double loss = log(sum) - (double)(z[targets[n]] - maxv);
         losses[n] = (float)loss;
-        total += loss;
+        row_loss[n] = loss;
     }
+    double total = 0.0;
+    for (int n = 0; n < N; n++) total += row_loss[n];
+    if (row_loss != stack_rows) free(row_loss);
     return total / N;
 }
 

@@ -1,9 +1,13 @@
 // elementwise.c: residual adds (fp32 and bf16 addends), scaling, bias broadcast and its gradient, row
-// fill, sum of squares.
+// fill, sum of squares. The two reductions (bias gradient, sum of squares) give the same bits on any
+// thread count.
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/block_sum.h"
 #include "kernels/cpu/cpu_kernels.h"
+
+#define SUM_SQUARES_MIN_BLOCK 4096  // values per block at least (one block, no threads, up to this many)
 
 void cpu_add(float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for simd schedule(static)
@@ -55,9 +59,21 @@ void cpu_bias_backward(float *dbias, const float *dout, int N, int C) {
     }
 }
 
+// sum of squares of x (n,) in double (each square exact), element i into lane i % 8
+static double block_sum_squares(const float *x, size_t n) {
+    double acc[8] = {0};
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += (double)x[i + j] * x[i + j];
+    for (; i < n; i++) acc[i % 8] += (double)x[i] * x[i];
+    return cpu_sum_lanes8(acc);
+}
+
+// over fixed blocks (block_sum.h): the same bits on any thread count
 double cpu_sum_squares(const float *x, size_t n) {
-    double total = 0.0;
-#pragma omp parallel for reduction(+ : total) schedule(static)
-    for (size_t i = 0; i < n; i++) total += (double)x[i] * x[i];
-    return total;
+    double part[CPU_SUM_MAX_BLOCKS];  // (nb,) block sums
+    size_t bs = cpu_sum_block(n, SUM_SQUARES_MIN_BLOCK), nb = cpu_sum_nblocks(n, bs);
+#pragma omp parallel for schedule(static) if (nb > 1)
+    for (size_t b = 0; b < nb; b++) part[b] = block_sum_squares(x + b * bs, n - b * bs < bs ? n - b * bs : bs);
+    return cpu_sum_in_order(part, nb);
 }
