@@ -2,10 +2,10 @@
 // fsdp_kernels_cpu_bf16()) gives the same bits on 1, 2, 3 and 4 OpenMP threads: the reductions
 // (LayerNorm's dweight/dbias, the cross-entropy and abs-mean losses, bias gradients, embedding
 // scatter-adds, sums of squares, attention, every GEMM path in every transposition, on shapes the GEMM
-// wrapper cuts by rows and by columns) and, for completeness, the elementwise kernels. The deterministic
-// mode needs it: a rank's bits must not depend on how many threads it runs. The fp32 GEMM runs both
-// serial kernels (OpenBLAS, and our AVX-512 one where the CPU has it), the bf16 GEMM every path the CPU
-// has (AMX, VDPBF16PS, emulated). OpenBLAS picks its kernels
+// wrapper cuts by rows and by columns) and, for completeness, the elementwise and fixed-point kernels.
+// The deterministic mode needs it: a rank's bits must not depend on how many threads it runs. The fp32
+// GEMM runs both serial kernels (OpenBLAS, and our AVX-512 one where the CPU has it), the bf16 GEMM every
+// path the CPU has (AMX, VDPBF16PS, emulated). OpenBLAS picks its kernels
 // when it loads (OPENBLAS_CORETYPE, else the CPU it detects), and whether a product cut differently
 // rounds differently depends on those kernels (Haswell's do, in a few percent of elements); so unless
 // OPENBLAS_CORETYPE is set, the test then reruns its OpenBLAS cases in a child process under each other
@@ -333,6 +333,30 @@ static void case_elementwise(blob *o, const shape *s) {
     free(x), free(y), free(m), free(v), free(out), free(buf), free(h);
 }
 
+// the deterministic mode's fixed-point kernels over n values (a = n): digits in blocks of 4099 and in
+// one block of n, the value back from the one-block digits, and the exact sum of squares
+static void case_fixed_point(blob *o, const shape *s) {
+    size_t n = (size_t)s->a, block = 4099, nblk = (n + block - 1) / block;
+    const fsdp_fixed_format f = {.limbs = 4, .limb_bits = 22, .frac_bits = 64};
+    seed(9);
+    float *g = rand_floats(n, -3.0f, 3.0f);                                       // (n,)
+    float *blocked = calloc(nblk * block * (size_t)f.limbs, sizeof(float));       // (nblk, limbs, block)
+    float *digits = calloc(n * (size_t)f.limbs, sizeof(float));                   // (limbs, n)
+    float *back = malloc(sizeof(float) * n);                                      // (n,)
+    int64_t words[FSDP_XSUM_WORDS] = {0};                                         // (FSDP_XSUM_WORDS,)
+    FSDP_ASSERT(blocked != NULL && digits != NULL && back != NULL);
+    K32->fixed_quantize(ST, blocked, g, n, block, &f);
+    put(o, "fixed_quantize (blocks of 4099)", blocked, 4, nblk * block * (size_t)f.limbs);
+    K32->fixed_quantize(ST, digits, g, n, n, &f);
+    put(o, "fixed_quantize (one block)", digits, 4, n * (size_t)f.limbs);
+    K32->fixed_finalize(ST, back, digits, n, &f, 0.5);
+    put(o, "fixed_finalize", back, 4, n);
+    K32->sum_squares_exact(ST, words, g, n);
+    K32->sum_squares_exact(ST, words, back, n);
+    put(o, "sum_squares_exact words", words, 8, FSDP_XSUM_WORDS);
+    free(g), free(blocked), free(digits), free(back);
+}
+
 typedef struct {
     const char *name;
     void (*fn)(blob *, const shape *);
@@ -361,6 +385,7 @@ static const kcase cases[] = {
     {"embedding N=512 C=768 V=512", case_embedding, {512, 768, 512, 0}, 0},
     {"embedding N=333 C=77 V=50", case_embedding, {333, 77, 50, 0}, 0},
     {"elementwise n=200003", case_elementwise, {200003, 0, 0, 0}, 0},
+    {"fixed point n=200003", case_fixed_point, {200003, 0, 0, 0}, 0},
     {"attention B=2 T=256 C=128 H=4 causal dropout", case_attention, {2, 256, 128, 4}, 1},
     {"attention B=3 T=65 C=96 H=3 seq-first", case_attention, {3, 65, 96, -3}, 1},
     {"gemm 512x512x128 (cut by rows)", case_gemm, {512, 512, 128, 0}, 1},
