@@ -52,7 +52,20 @@ fsdp_status det_setup(fsdp_state *s) {
     s->det_send = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)(max_padded ? max_padded : 1), FSDP_MEM_COMM);
     s->det_recv = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
     s->det_words = fsdp_dev_alloc(s->dev, sizeof(int64_t) * FSDP_XSUM_WORDS, FSDP_MEM_OTHER);
-    return s->det_send && s->det_recv && s->det_words ? FSDP_OK : FSDP_ERR_NOMEM;
+    if (!s->det_send || !s->det_recv || !s->det_words) return FSDP_ERR_NOMEM;
+    int64_t max_block = 0;
+    for (int i = 0; i < s->n_units; i++)
+        if (s->units[i].block >= 0 && s->units[i].padded > max_block) max_block = s->units[i].padded;
+    for (int b = 0; b < 2 && max_block > 0; b++) {
+        s->det_grad[b] = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)max_block, FSDP_MEM_UNSHARDED);
+        if (!s->det_grad[b]) return FSDP_ERR_NOMEM;
+    }
+    s->det_grad_numel = max_block;
+    if (s->root) {
+        s->det_root_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
+        if (!s->det_root_grad) return FSDP_ERR_NOMEM;
+    }
+    return FSDP_OK;
 }
 
 void det_free(fsdp_state *s) {
@@ -61,6 +74,10 @@ void det_free(fsdp_state *s) {
         fsdp_dev_free(s->dev, s->units[i].det_acc);
         s->units[i].det_acc = NULL;
     }
+    fsdp_dev_free(s->dev, s->det_grad[0]);
+    fsdp_dev_free(s->dev, s->det_grad[1]);
+    fsdp_dev_free(s->dev, s->det_root_grad);
+    s->det_grad[0] = s->det_grad[1] = s->det_root_grad = NULL;
     fsdp_dev_free(s->dev, s->det_send);
     fsdp_dev_free(s->dev, s->det_recv);
     fsdp_dev_free(s->dev, s->det_words);
@@ -82,8 +99,12 @@ fsdp_status det_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     size_t K = (size_t)s->det_fmt.limbs, n = (size_t)u->shard_numel;
     k->fixed_quantize(cs, s->det_send, u->full_grad, (size_t)u->padded, n, &s->det_fmt);
     fsdp_status st;
-    if (s->replicated) {  // n == padded: digits (K, padded)
-        st = fsdp_dev_all_reduce(cs, s->world, s->det_send, K * n, FSDP_F32, FSDP_SUM);
+    if (s->replicated || fsdp_comm_size(s->shard_comm) == 1) {  // n == padded: digits (K, padded)
+        st = fsdp_comm_size(s->world) == 1 || !s->replicated
+                 ? FSDP_OK  // one rank holds every element: nothing to sum with
+                 : fsdp_dev_all_reduce(cs, s->world, s->det_send, K * n, FSDP_F32, FSDP_SUM);
+        if (st == FSDP_OK && s->replica_comm)
+            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->det_send, K * n, FSDP_F32, FSDP_SUM);
         if (st == FSDP_OK) k->add_inplace(cs, u->det_acc, s->det_send, K * n);
     } else {
         st = fsdp_dev_reduce_scatter(cs, s->shard_comm, s->det_send, s->det_recv, K * n, FSDP_F32, FSDP_SUM);

@@ -201,6 +201,14 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
         u->grad_staged = 1;
         FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->padded));
     }
+    if (u->grad == GRAD_NONE && s->cfg.deterministic && (u->block < 0 ? s->det_root_grad != NULL : s->det_grad[0] != NULL)) {
+        // preallocated (deterministic.c): block units alternate between two buffers, as with staging; on
+        // the CPU device a unit's digits are made (fixed_quantize) before the next unit's backward starts
+        u->full_grad = u->block < 0 ? s->det_root_grad : s->det_grad[s->next_staging];
+        if (u->block >= 0) s->next_staging ^= 1;
+        u->grad_staged = 1;
+        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->padded));
+    }
     if (!u->full_grad) {
         u->full_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
         if (!u->full_grad) return FSDP_ERR_NOMEM;

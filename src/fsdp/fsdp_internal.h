@@ -109,6 +109,10 @@ struct fsdp_state {
     float *det_send;          // (limbs * max padded,) a unit's gradient digits, blocked per rank  FSDP_MEM_COMM
     float *det_recv;          // (limbs * max shard_numel,) the digit sums of this rank's block     FSDP_MEM_COMM
     int64_t *det_words;       // (FSDP_XSUM_WORDS,) device: exact sum of squares                   FSDP_MEM_OTHER
+    float *det_grad[2];       // (max block padded,) each: block units' unsharded gradients, alternating,
+                              // so no backward maps fresh memory                              FSDP_MEM_UNSHARDED
+    int64_t det_grad_numel;   // max block padded (0: no block unit)
+    float *det_root_grad;     // (root padded,) the root unit's unsharded gradient, or NULL    FSDP_MEM_UNSHARDED
 };
 
 // The piece of parameter i of unit u held by the rank whose shard starts at flat element

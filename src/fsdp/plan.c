@@ -157,10 +157,11 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // gathered parameters and unsharded gradients at their peak (backward)
     double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
     double root_bytes = 4.0 * (double)root_padded;
-    int staging = !replicated && zero_copy && G > 1 && n_block_units > 0 && K == 0;
+    // two alternating gradient buffers: shared staging, or the deterministic mode's own
+    int staging = (!replicated && zero_copy && G > 1 && n_block_units > 0) || (K > 0 && n_block_units > 0);
     double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
-        p.unsharded = unit_bytes + root_bytes;
+        p.unsharded = grads_unsharded + root_bytes;
         // param_dtype bf16: a bf16 copy of every unit, kept from forward to backward
         if (in->param_bf16) p.unsharded += 0.5 * (n_block_units * unit_bytes + root_bytes);
     } else {

@@ -19,6 +19,40 @@
 
 #define FIXED_MAX_LIMBS 16
 
+// Rounding to nearest even without a library call, so the loops vectorize: below 2^51 in magnitude,
+// adding and subtracting 1.5 x 2^52 leaves the rounded value (the sum's last bit is the units bit).
+#define ROUND_MAGIC 6755399441055744.0   // 1.5 x 2^52
+#define ROUND_LIMIT 2251799813685248.0   // 2^51
+#define FIXED_TILE 256                   // elements converted together (their digits one limb at a time)
+
+// Digits of elements [i0, i0 + m) of g (m <= FIXED_TILE); digit k of element i0 + j at out[k * block + j].
+static void quantize_tile(float *out, const float *g, size_t m, size_t block, int K, double to_fixed, double bound,
+                          const double *place, const double *inv_place) {
+    double v[FIXED_TILE];
+    int poison = 0;
+    for (size_t j = 0; j < m; j++) {
+        double x = (double)g[j] * to_fixed;
+        // an fp32 value times a power of two: at or above 2^51 it has no fraction bits left
+        v[j] = fabs(x) < ROUND_LIMIT ? (x + ROUND_MAGIC) - ROUND_MAGIC : x;
+        poison |= !(fabs(v[j]) < bound);  // NaN, Inf, or out of range
+    }
+    for (int k = K - 1; k >= 0; k--) {
+        float *o = out + (size_t)k * block;
+        for (size_t j = 0; j < m; j++) {
+            // |v| < 2^(k B + B - 1) here (the higher digits are off), so the scaled value is below 2^51
+            double d = (v[j] * inv_place[k] + ROUND_MAGIC) - ROUND_MAGIC;  // balanced digit
+            v[j] -= d * place[k];  // exact: the remainder keeps v's significant bits
+            o[j] = (float)d;
+        }
+    }
+    if (poison)  // rare: the element's digit 0 becomes NaN, the others 0
+        for (size_t j = 0; j < m; j++) {
+            double x = (double)g[j] * to_fixed;
+            if (fabs(x) < bound) continue;
+            for (int k = 0; k < K; k++) out[(size_t)k * block + j] = k == 0 ? NAN : 0.0f;
+        }
+}
+
 void cpu_fixed_quantize(float *limbs, const float *g, size_t n, size_t block, const fsdp_fixed_format *f) {
     const int K = f->limbs, B = f->limb_bits;
     const double to_fixed = ldexp(1.0, f->frac_bits);
@@ -27,20 +61,12 @@ void cpu_fixed_quantize(float *limbs, const float *g, size_t n, size_t block, co
     for (int k = 0; k < K && k < FIXED_MAX_LIMBS; k++) place[k] = ldexp(1.0, k * B), inv_place[k] = ldexp(1.0, -k * B);
     for (size_t q = 0; q < (n + block - 1) / block; q++) {
         size_t lo = q * block, hi = lo + block < n ? lo + block : n;
-        float *out = limbs + q * (size_t)K * block - lo;  // digit k of element i at out[k * block + i]
+        float *out = limbs + q * (size_t)K * block;  // this block's digits: (K, block)
+        size_t tiles = (hi - lo + FIXED_TILE - 1) / FIXED_TILE;
 #pragma omp parallel for schedule(static) if (hi - lo > 65536)
-        for (size_t i = lo; i < hi; i++) {
-            double v = rint((double)g[i] * to_fixed);  // exact: g has 24 significant bits
-            if (!(fabs(v) < bound)) {  // NaN, Inf, or out of range: poison the element
-                out[i] = NAN;
-                for (int k = 1; k < K; k++) out[(size_t)k * block + i] = 0.0f;
-                continue;
-            }
-            for (int k = K - 1; k >= 0; k--) {
-                double d = rint(v * inv_place[k]);  // exact scaling by a power of two; balanced digit
-                v -= d * place[k];                  // exact: the remainder keeps v's significant bits
-                out[(size_t)k * block + i] = (float)d;
-            }
+        for (size_t t = 0; t < tiles; t++) {
+            size_t j0 = t * FIXED_TILE, m = hi - lo - j0 < FIXED_TILE ? hi - lo - j0 : FIXED_TILE;
+            quantize_tile(out + j0, g + lo + j0, m, block, K, to_fixed, bound, place, inv_place);
         }
     }
 }
@@ -50,11 +76,15 @@ void cpu_fixed_finalize(float *out, const float *acc, size_t n, const fsdp_fixed
     const double unit = ldexp(scale, -f->frac_bits);
     double place[FIXED_MAX_LIMBS];
     for (int k = 0; k < K && k < FIXED_MAX_LIMBS; k++) place[k] = ldexp(1.0, k * B);
+    size_t tiles = (n + FIXED_TILE - 1) / FIXED_TILE;
 #pragma omp parallel for schedule(static) if (n > 65536)
-    for (size_t i = 0; i < n; i++) {
-        double v = 0.0;
-        for (int k = K - 1; k >= 0; k--) v += (double)acc[(size_t)k * n + i] * place[k];
-        out[i] = (float)(v * unit);
+    for (size_t t = 0; t < tiles; t++) {
+        size_t i0 = t * FIXED_TILE, m = n - i0 < FIXED_TILE ? n - i0 : FIXED_TILE;
+        double v[FIXED_TILE];
+        for (size_t j = 0; j < m; j++) v[j] = 0.0;
+        for (int k = K - 1; k >= 0; k--)  // from the top digit down, the same order for every element
+            for (size_t j = 0; j < m; j++) v[j] += (double)acc[(size_t)k * n + i0 + j] * place[k];
+        for (size_t j = 0; j < m; j++) out[i0 + j] = (float)(v[j] * unit);
     }
 }
 
