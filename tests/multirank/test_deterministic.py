@@ -16,8 +16,17 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
 from fsdp_testlib import Checker, mpirun, parse_args, proc, st_read, tmpdir  # noqa: E402
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data",
-                    "tinyshakespeare.txt")
+
+
+def write_corpus(path):
+    """A byte-level text of 64 KiB, the same on every run (the tests need no data from outside the repository)."""
+    words = ["the", "of", "and", "to", "shard", "gather", "reduce", "rank", "step", "loss", "model", "bits", "same"]
+    state, out = 12345, []
+    while sum(len(w) + 1 for w in out) < 65536:
+        state = (state * 1103515245 + 12345) % 2**31
+        out.append(words[state % len(words)] + ("\n" if state % 11 == 0 else ""))
+    with open(path, "w") as f:
+        f.write(" ".join(out))
 # a tiny GPT; 12 sequences per step, 12 chunks: world sizes 1, 2, 3, 4 all divide them
 TRAIN = ["--layers", "2", "--d-model", "32", "--heads", "2", "--seq", "16", "--global-batch", "12",
          "--steps", "3", "--dropout", "0.1", "--clip-grad-norm", "0.5", "--lr", "3e-3", "--warmup", "0",
@@ -78,7 +87,9 @@ def main():
     minimal_bin = os.path.join(args.bin, "fsdp-minimal")
     tmp = tmpdir()
     chk = Checker("deterministic")
-    det = ["--deterministic", "--data", DATA, "--val-data", DATA, "--eval-every", "2", "--eval-batches", "1"]
+    data = os.path.join(tmp, "corpus.txt")
+    write_corpus(data)
+    det = ["--deterministic", "--data", data, "--val-data", data, "--eval-every", "2", "--eval-batches", "1"]
 
     for precision in ("fp32", "bf16"):
         base = det + ["--mixed-precision", precision]
@@ -120,7 +131,7 @@ def main():
             chk.true("--det-chunks 3 differs from 12 chunks", ref3[1] != ref[1])
 
             # the default mode is not world-size independent: the comparison above can see a difference
-            plain = ["--data", DATA, "--global-batch", "12"]
+            plain = ["--data", data, "--global-batch", "12"]
             p1 = train(train_bin, 1, tmp, "plain-1", plain)
             p2 = train(train_bin, 2, tmp, "plain-2", plain)
             chk.true("without --deterministic, 1 and 2 ranks differ in the last bits", p1[1] != p2[1] and p1[0] != p2[0])
