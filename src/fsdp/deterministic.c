@@ -12,14 +12,11 @@
 // (the exact sum) / det_chunks, rounded once to fp32. The gradient norm sums exact squares
 // (sum_squares_exact) and all-reduces their 16-bit digits, carried before they become one double.
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/timer.h"
 #include "fsdp/fsdp_internal.h"
 #include "kernels/kernels.h"
-#include "prof/trace.h"
 
 #define DET_FRAC_BITS 64   // the grid: 2^-64 (5.4e-20)
 #define DET_RANGE_BITS 32  // at least this many integer bits: |g| < 2^32 per chunk
@@ -41,11 +38,12 @@ fsdp_status det_setup(fsdp_state *s) {
                           s->cfg.det_chunks);
     s->det_fmt = fsdp_det_format(s->cfg.det_chunks);
     size_t K = (size_t)s->det_fmt.limbs;
-    int64_t max_padded = 0, max_shard = 0;
+    int64_t max_padded = 0, max_shard = 0, max_block = 0;
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
         if (u->padded > max_padded) max_padded = u->padded;
         if (u->shard_numel > max_shard) max_shard = u->shard_numel;
+        if (u->block >= 0 && u->padded > max_block) max_block = u->padded;
         u->det_acc = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)u->shard_numel, FSDP_MEM_GRADS);
         if (!u->det_acc) return FSDP_ERR_NOMEM;
     }
@@ -53,14 +51,10 @@ fsdp_status det_setup(fsdp_state *s) {
     s->det_recv = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
     s->det_words = fsdp_dev_alloc(s->dev, sizeof(int64_t) * FSDP_XSUM_WORDS, FSDP_MEM_OTHER);
     if (!s->det_send || !s->det_recv || !s->det_words) return FSDP_ERR_NOMEM;
-    int64_t max_block = 0;
-    for (int i = 0; i < s->n_units; i++)
-        if (s->units[i].block >= 0 && s->units[i].padded > max_block) max_block = s->units[i].padded;
     for (int b = 0; b < 2 && max_block > 0; b++) {
         s->det_grad[b] = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)max_block, FSDP_MEM_UNSHARDED);
         if (!s->det_grad[b]) return FSDP_ERR_NOMEM;
     }
-    s->det_grad_numel = max_block;
     if (s->root) {
         s->det_root_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
         if (!s->det_root_grad) return FSDP_ERR_NOMEM;
@@ -98,20 +92,16 @@ fsdp_status det_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     fsdp_stream *cs = s->comm_stream;
     size_t K = (size_t)s->det_fmt.limbs, n = (size_t)u->shard_numel;
     k->fixed_quantize(cs, s->det_send, u->full_grad, (size_t)u->padded, n, &s->det_fmt);
-    fsdp_status st;
-    if (s->replicated || fsdp_comm_size(s->shard_comm) == 1) {  // n == padded: digits (K, padded)
-        st = fsdp_comm_size(s->world) == 1 || !s->replicated
-                 ? FSDP_OK  // one rank holds every element: nothing to sum with
-                 : fsdp_dev_all_reduce(cs, s->world, s->det_send, K * n, FSDP_F32, FSDP_SUM);
-        if (st == FSDP_OK && s->replica_comm)
-            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->det_send, K * n, FSDP_F32, FSDP_SUM);
-        if (st == FSDP_OK) k->add_inplace(cs, u->det_acc, s->det_send, K * n);
-    } else {
+    fsdp_status st = FSDP_OK;
+    float *digits = s->det_send;  // (K, n): this rank's elements' digits (a one-rank group holds them all)
+    if (!s->replicated && fsdp_comm_size(s->shard_comm) > 1) {
         st = fsdp_dev_reduce_scatter(cs, s->shard_comm, s->det_send, s->det_recv, K * n, FSDP_F32, FSDP_SUM);
-        if (st == FSDP_OK && s->replica_comm)
-            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->det_recv, K * n, FSDP_F32, FSDP_SUM);
-        if (st == FSDP_OK) k->add_inplace(cs, u->det_acc, s->det_recv, K * n);
+        digits = s->det_recv;
     }
+    fsdp_comm *replicas = s->replicated ? s->world : s->replica_comm;  // ranks holding the same elements
+    if (st == FSDP_OK && replicas && fsdp_comm_size(replicas) > 1)
+        st = fsdp_dev_all_reduce(cs, replicas, digits, K * n, FSDP_F32, FSDP_SUM);
+    if (st == FSDP_OK) k->add_inplace(cs, u->det_acc, digits, K * n);
     return st;
 }
 

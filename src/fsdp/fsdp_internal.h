@@ -111,7 +111,6 @@ struct fsdp_state {
     int64_t *det_words;       // (FSDP_XSUM_WORDS,) device: exact sum of squares                   FSDP_MEM_OTHER
     float *det_grad[2];       // (max block padded,) each: block units' unsharded gradients, alternating,
                               // so no backward maps fresh memory                              FSDP_MEM_UNSHARDED
-    int64_t det_grad_numel;   // max block padded (0: no block unit)
     float *det_root_grad;     // (root padded,) the root unit's unsharded gradient, or NULL    FSDP_MEM_UNSHARDED
 };
 
