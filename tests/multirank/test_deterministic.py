@@ -6,12 +6,16 @@ gradient norm (the JSONL's round-trip digits, validation loss included) and ever
 parameters must equal the 1-rank run's. So must runs with --grad-accum given, activation
 checkpointing, --offload-dir, other wrap policies, the guard device, and a run checkpointed on 2 ranks
 and resumed on 3 and on 4. fsdp-minimal (dropout 0.1, fp32 and bf16) likewise on 1, 2 and 4 ranks.
-The default mode, on the same runs, must differ between world sizes in fp32 (so this comparison can see
-a difference). Bad flag combinations are one-line errors with exit status 2."""
+The deterministic run must also train the default mode's model: on one process with the same 12
+micro-batches, losses and norms within 1e-4 and weights within rounding (a gradient that is lost,
+mis-scaled or zero would still be the same on every world size). The default mode, on the same runs,
+must differ between world sizes in fp32 (so this comparison can see a difference). Bad flag combinations are one-line errors with exit status 2."""
 import os
 import re
 import shutil
 import sys
+
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
 from fsdp_testlib import Checker, mpirun, parse_args, proc, st_read, tmpdir  # noqa: E402
@@ -129,6 +133,21 @@ def main():
             ref3 = train(train_bin, 1, tmp, "c3-1", base + ["--det-chunks", "3"])
             same(chk, "--det-chunks 3 on 3 ranks", train(train_bin, 3, tmp, "c3-3", base + ["--det-chunks", "3"]), ref3, 5)
             chk.true("--det-chunks 3 differs from 12 chunks", ref3[1] != ref[1])
+
+            # and it trains the same model as the default mode: on one process with the same micro-batches
+            # (--grad-accum 12, dropout keyed alike) the losses and weights agree to rounding, so a gradient
+            # lost, mis-scaled or left at zero fails here even though it would be the same on every world size
+            same_chunks = train(train_bin, 1, tmp, "plain-accum", ["--data", data, "--global-batch", "12", "--grad-accum",
+                                                                   "12"])
+            # the training records (loss, norm): validation chunks the batch differently in the two modes
+            chk.close("deterministic losses and norms vs the default mode, same chunks (1 process)",
+                      [float(x) for rec in ref[0][:3] for x in rec], [float(x) for rec in same_chunks[0][:3] for x in rec],
+                      1e-4, 0)
+            moved = [k for k in ref[1] if np.frombuffer(ref[1][k], np.float32).size and
+                     not np.allclose(np.frombuffer(ref[1][k], np.float32), np.frombuffer(same_chunks[1][k], np.float32),
+                                     rtol=1e-3, atol=1e-5)]
+            chk.true("deterministic weights vs the default mode's, same chunks: within rounding", not moved,
+                     f"differ: {moved[:5]}")
 
             # the default mode is not world-size independent: the comparison above can see a difference
             plain = ["--data", data, "--global-batch", "12"]
