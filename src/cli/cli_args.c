@@ -19,6 +19,7 @@ static void print_help(const char *prog, const char *summary, const cli_arg *arg
         case ARG_INT: snprintf(def, sizeof def, " (default %d)", *(int *)a->target); break;
         case ARG_FLOAT: snprintf(def, sizeof def, " (default %g)", (double)*(float *)a->target); break;
         case ARG_STRING:
+        case ARG_LIST:
             if (*(const char **)a->target) snprintf(def, sizeof def, " (default %s)", *(const char **)a->target);
             break;
         case ARG_BOOL: break;
@@ -31,7 +32,7 @@ static void print_help(const char *prog, const char *summary, const cli_arg *arg
         }
         }
         const char *meta = a->type == ARG_BOOL ? "" : a->type == ARG_CHOICE ? " {choice}" :
-                           a->type == ARG_STRING ? " VALUE" : " N";
+                           a->type == ARG_STRING || a->type == ARG_LIST ? " VALUE" : " N";
         printf("  %s%s%s\n      %s%s%s\n", a->name, meta, "", a->help, def,
                a->type == ARG_CHOICE ? "" : "");
         if (a->type == ARG_CHOICE) printf("      one of: %s\n", a->choices);
@@ -152,6 +153,32 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
             }
             *(const char **)a->target = value;
             break;
+        case ARG_LIST: {  // a repeated flag adds its value: "a,b" (the joined text lives until the process ends)
+            const char *old = *(const char **)a->target;
+            if (!*value) {
+                fprintf(stderr, "%s: %s: expected a non-empty value\n", prog, flag);
+                return -1;
+            }
+            if (!old) {
+                *(const char **)a->target = value;
+                break;
+            }
+            // the joined texts stay reachable from here until the process ends (one slot per list flag)
+            static char *joined[8];
+            int slot = 0;
+            while (slot < 7 && joined[slot] && joined[slot] != old) slot++;
+            size_t len = strlen(old) + strlen(value) + 2;
+            char *grown = joined[slot] == old ? realloc(joined[slot], len) : malloc(len);
+            if (!grown) {
+                fprintf(stderr, "%s: %s: out of memory\n", prog, flag);
+                return -1;
+            }
+            if (grown != old && joined[slot] != old) snprintf(grown, len, "%s,%s", old, value);
+            else strcat(strcat(grown, ","), value);
+            joined[slot] = grown;
+            *(const char **)a->target = grown;
+            break;
+        }
         case ARG_CHOICE: {
             int idx = choice_index(a->choices, value);
             if (idx < 0) {
@@ -192,6 +219,7 @@ int cli_value_text(const cli_arg *a, char *buf, size_t cap) {
     }
     case ARG_BOOL: snprintf(buf, cap, "%s", *(int *)a->target ? "true" : "false"); return 1;
     case ARG_STRING:
+    case ARG_LIST:
         if (!*(const char **)a->target) return 0;
         snprintf(buf, cap, "%s", *(const char **)a->target);
         return 1;

@@ -5,12 +5,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_BOOL, ARG_CHOICE } cli_arg_type;
+// ARG_LIST: a string flag that may be given more than once; the values are joined with commas
+typedef enum { ARG_INT, ARG_FLOAT, ARG_STRING, ARG_BOOL, ARG_CHOICE, ARG_LIST } cli_arg_type;
 
 typedef struct {
     const char *name;     // "--layers"
     cli_arg_type type;
-    void *target;         // int*, float*, const char**, int* (bool, choice index)
+    void *target;         // int*, float*, const char** (string, list), int* (bool, choice index)
     const char *help;
     double min, max;      // numeric range (inclusive); ignored when min > max
     const char *choices;  // ARG_CHOICE: "relu|gelu" -> index stored in *(int*)target

@@ -37,6 +37,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--device", ARG_STRING, &o->device, "where shards, gathered units, gradients and activations live: cpu, or guard (the CPU device with device memory unreadable from above the device layer: a test tool; default: $FSDP_DEVICE, else cpu)", 1, 0, NULL},
         {"--deterministic", ARG_BOOL, &o->deterministic, "bit-identical losses, gradient norms and parameters on any world size that divides --det-chunks: the global batch (--global-batch, required) is cut into fixed chunks, each chunk's gradients are summed exactly in fixed point (docs/deterministic.md)", 1, 0, NULL},
         {"--det-chunks", ARG_INT, &o->det_chunks, "--deterministic: chunks per step (each one micro-step of one rank; must divide --global-batch and be divisible by the world size; default world x --grad-accum when --grad-accum is given, else --global-batch: one sequence per chunk)", 0, 65536, NULL},
+        {"--freeze", ARG_LIST, &o->freeze, "freeze the parameters whose names match this glob (requires_grad=False; e.g. 'h.[0-3].*', 'wte.weight'; repeatable, or comma-separated): still sharded and gathered for compute, but no gradient, no reduction and no optimizer state; a glob that matches nothing is an error (docs/finetuning.md)", 1, 0, NULL},
         {"--allow-lowp-resume", ARG_BOOL, &o->ckpt.allow_lowp, "--resume: accept a checkpoint stored in bf16 (fsdp-ckpt convert --dtype bf16), training on from its rounded weights and moments", 1, 0, NULL},
     };
     for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
@@ -100,6 +101,7 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
     cfg->reduce_dtype = o->reduce_dtype == 0 ? cfg->param_dtype : o->reduce_dtype == 2 ? FSDP_BF16 : FSDP_F32;
     cfg->deterministic = o->deterministic;
     cfg->det_chunks = o->det_chunks;
+    cfg->freeze = o->freeze;
     if (cfg->deterministic) cfg->reduce_dtype = FSDP_F32;  // the digits travel as fp32 (exact sums)
     const char *w = o->wrap;
     if (strcmp(w, "transformer") == 0) {

@@ -3,8 +3,11 @@
 //   fsdp-plan train FLAGS...    fsdp-train's flags (train_flags.c: the same names, defaults and help)
 //   fsdp-plan minimal FLAGS...  fsdp-minimal's flags (minimal_flags.c)
 // plus the planner's own: --world-size, --no-shared-memory, --ranks-per-host, --intra-host-gbps,
-// --inter-host-gbps (--device is a tool flag).
+// --inter-host-gbps (--device is a tool flag). --freeze builds the model's parameter list (names and
+// shapes, no data) to lay out each unit's trainable and frozen segments as fsdp_wrap will.
+#include <fnmatch.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli/cli_args.h"
@@ -16,6 +19,8 @@
 #include "data/tokenizer.h"
 #include "fsdp/plan.h"
 #include "kernels/kernels.h"
+#include "nn/encoder_stack.h"
+#include "nn/gpt2.h"
 
 #define PLAN_NFLAGS 5
 
@@ -68,6 +73,100 @@ static int fill_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fs
     in->reduce_bf16 = cfg->reduce_dtype == FSDP_BF16;
     in->bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM
     return 0;
+}
+
+// Marks the parameters each comma-separated glob of `list` matches as frozen, exactly as fsdp_wrap does
+// (wrap.c apply_freeze: fnmatch on the names, every glob must match); returns 0, or -1 after printing
+// an error naming the glob.
+static int mark_frozen(const char *prog, nn_params *ps, const char *list) {
+    for (const char *at = list; *at;) {
+        const char *end = strchr(at, ',');
+        size_t len = end ? (size_t)(end - at) : strlen(at);
+        char glob[NN_NAME_MAX + 64];
+        if (len == 0 || len >= sizeof glob) {
+            fprintf(stderr, "%s: --freeze '%s': expected comma-separated globs on parameter names (e.g. "
+                    "'h.0.*,wte.weight')\n", prog, list);
+            return -1;
+        }
+        memcpy(glob, at, len);
+        glob[len] = 0;
+        int hits = 0;
+        for (int i = 0; i < ps->count; i++)
+            if (fnmatch(glob, ps->items[i].name, 0) == 0) ps->items[i].frozen = 1, hits++;
+        if (!hits) {
+            fprintf(stderr, "%s: --freeze '%s' matches no parameter (names are like '%s')\n", prog, glob,
+                    ps->count ? ps->items[ps->count > 1 ? ps->count - 1 : 0].name : "");
+            return -1;
+        }
+        at += len + (end != NULL);
+    }
+    return 0;
+}
+
+// --freeze: the trainable elements of each block (block_train (layers,)) and of the rest (root_train),
+// and which weight-gradient products no layer runs (skip_dw), from the tool's model built without data
+// (nn_gpt2_create, nn_encoder_stack_create register names and shapes only) with the globs applied. A
+// parameter belongs to block b when its name starts with the tool's block prefix ("h.%d." for GPT-2,
+// "%d." for the encoder stack; wrap.c block_of); the plan folds unwrapped blocks into the root. Returns
+// 0, or -1 after printing an error.
+static int plan_freeze(const char *prog, const char *list, fsdp_plan_input *in, int64_t *block_train) {
+    nn_gpt2 gpt2;
+    nn_encoder_stack enc;
+    nn_params *ps;  // the model's parameter list
+    nn_block *blocks;  // (layers,)
+    fsdp_status st;
+    if (in->gpt2) {
+        nn_gpt2_config cfg = {in->vocab, in->max_seq ? in->max_seq : in->seq, in->layers, in->heads, in->d_model, 0.0f,
+                              1e-5f};
+        st = nn_gpt2_create(&gpt2, cfg);
+        ps = &gpt2.params, blocks = gpt2.blocks.blocks;
+    } else {
+        nn_block_config layer = nn_encoder_layer_defaults(in->d_model, in->heads);
+        layer.d_ff = in->ffn;
+        st = nn_encoder_stack_create(&enc, layer, in->layers);
+        ps = &enc.params, blocks = enc.seq.blocks;
+    }
+    int rc = 0;
+    if (st != FSDP_OK) {
+        fprintf(stderr, "%s: the model's parameter list: %s\n", prog, fsdp_last_error());
+        rc = -1;
+    }
+    if (rc == 0) rc = mark_frozen(prog, ps, list);
+    if (rc == 0) {
+        const char *prefix = in->gpt2 ? "h.%d." : "%d.";  // fsdp-train's and fsdp-minimal's block_prefix
+        for (int b = 0; b < in->layers; b++) block_train[b] = 0;
+        in->root_train = 0;
+        for (int i = 0; i < ps->count; i++) {
+            const nn_param *p = &ps->items[i];
+            int owner = -1;
+            for (int b = 0; b < in->layers && owner < 0; b++) {
+                char pre[64];
+                snprintf(pre, sizeof pre, prefix, b);
+                if (strncmp(p->name, pre, strlen(pre)) == 0) owner = b;
+            }
+            if (p->frozen) continue;
+            if (owner >= 0) block_train[owner] += p->numel;
+            else in->root_train += p->numel;
+        }
+        in->skip_dw = 0;
+        for (int k = 0; k < 4; k++) {  // a linear layer's weight frozen in every block: its product never runs
+            int all = in->layers > 0;
+            for (int b = 0; b < in->layers; b++) {
+                const nn_block *blk = &blocks[b];
+                const nn_param *w = k == 0 ? blk->attn.in_proj.weight : k == 1 ? blk->attn.out_proj.weight
+                                    : k == 2 ? blk->fc1.weight : blk->fc2.weight;
+                all &= w->frozen;
+            }
+            if (all) in->skip_dw |= 1 << k;
+        }
+        if (in->gpt2 && gpt2.wte.weight->frozen) in->skip_dw |= 1 << 4;  // the tied LM head
+        in->block_train = block_train;
+    }
+    if (st == FSDP_OK) {
+        if (in->gpt2) nn_gpt2_free(&gpt2);
+        else nn_encoder_stack_free(&enc);
+    }
+    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -162,11 +261,29 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --shard-group-size %d must divide --world-size %d\n", prog, in.shard_group, in.world);
         return 2;
     }
+    int64_t *block_train = NULL;  // (layers,) with --freeze
+    if (f->freeze) {
+        block_train = malloc(sizeof(int64_t) * (size_t)(in.layers > 0 ? in.layers : 1));
+        if (!block_train) {
+            fprintf(stderr, "%s: out of memory\n", prog);
+            return 2;
+        }
+        if (plan_freeze(prog, f->freeze, &in, block_train)) {
+            free(block_train);
+            return 2;
+        }
+    }
     fsdp_plan p = fsdp_plan_compute(&in);
+    free(block_train);
+    in.block_train = NULL;
     double mib = 1048576.0;
-    printf("fsdp-plan: %s, %lld parameters, %d rank(s) x %d thread(s), %s, %d units%s, batch %d per rank x %d "
+    char trainable[64] = "";
+    if (p.train_numel < p.numel)
+        snprintf(trainable, sizeof trainable, " (%lld trainable, %lld frozen)", (long long)p.train_numel,
+                 (long long)(p.numel - p.train_numel));
+    printf("fsdp-plan: %s, %lld parameters%s, %d rank(s) x %d thread(s), %s, %d units%s, batch %d per rank x %d "
            "micro-steps, param %s, reduce %s\n",
-           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
+           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, trainable, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
            in.activation_checkpointing ? ", activation checkpointing" : "", in.batch, in.grad_accum,
            in.param_bf16 ? "bf16" : "fp32", in.det_limbs ? "exact (--deterministic)" : in.reduce_bf16 ? "bf16" : "fp32");
     printf("per-rank peak memory (MiB):\n");

@@ -71,7 +71,7 @@ static fsdp_status poison_grad_shard(fsdp_state *fs) {
     const float nan_value = NAN;
     for (int i = 0; i < fsdp_named_param_count(fs); i++) {
         fsdp_named_param p = fsdp_named_param_at(fs, i);
-        if (p.shard_numel > 0)
+        if (p.shard_numel > 0 && p.shard_grad)
             return fsdp_copy_h2d(fsdp_dev_stream(fsdp_state_device(fs), FSDP_STREAM_COMPUTE), p.shard_grad, &nan_value,
                                  sizeof nan_value);
     }
@@ -81,6 +81,12 @@ static fsdp_status poison_grad_shard(fsdp_state *fs) {
 // The mean loss of the model's last forward (a device scalar), read for the log.
 static fsdp_status read_loss(const nn_ctx *ctx, const nn_gpt2 *model, double *loss) {
     return fsdp_dev_read(ctx->stream, loss, model->loss, sizeof *loss);
+}
+
+// --save: the weights, or with adapters what train_lora_save writes.
+static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_gpt2 *model, int rank) {
+    if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->save_path, rank);
+    return cli_save_weights("fsdp-train", fs, o->save_path, rank);
 }
 
 static int fail(const char *msg) {
@@ -269,11 +275,19 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     }
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) goto failed;
+    const cli_model_config *mc = &o->config;
+    if (train_lora_attach("fsdp-train", &o->lora, cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-alpha"),
+                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
+                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->save_path, &model, R)) {
+        rc = 2;
+        goto done;
+    }
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
     if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) {
         rc = 1;
         goto done;
     }
+    if (train_lora_load(&o->lora, fs) != FSDP_OK) goto failed;
     if (cli_config_to_state(&o->config, fs)) {
         rc = 1;
         goto done;
@@ -443,7 +457,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
             cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
             goto failed;
         if (stop > 0) {
-            if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
+            if (o->save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
             rc = 130;
             goto done;
         }
@@ -481,7 +495,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     if (o->gen.max_new_tokens > 0 &&
         train_sample_generate(fs, &model, &o->gen, o->vocab, T, (uint64_t)o->seed, R, stdout) != FSDP_OK)
         goto failed;
-    if (o->save_path && cli_save_weights("fsdp-train", fs, o->save_path, R) != FSDP_OK) goto failed;
+    if (o->save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
     if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
     goto done;
 failed:

@@ -35,6 +35,10 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
 
 fsdp_status cli_save_weights(const char *prog, fsdp_state *fs, const char *path, int rank) {
     FSDP_CHECK(fsdp_save_full(fs, path, 0));
+    return cli_save_weights_report(prog, path, rank);
+}
+
+fsdp_status cli_save_weights_report(const char *prog, const char *path, int rank) {
     if (rank != 0) return FSDP_OK;
     st_file *f = NULL;
     FSDP_CHECK(st_open(path, &f));  // read back: the line states what is on disk

@@ -28,6 +28,8 @@ void cli_ckpt_config_file(const char *dir, char *path, size_t cap);
 // --save PATH: writes the full weights (fsdp_save_full, collective) and, on rank 0, confirms in one line
 // what the file holds: "PROG: saved T tensors (P.PPM parameters) to PATH".
 fsdp_status cli_save_weights(const char *prog, fsdp_state *fs, const char *path, int rank);
+// Rank 0: "PROG: saved T tensors (P.PPM parameters) to PATH", read back from the file written.
+fsdp_status cli_save_weights_report(const char *prog, const char *path, int rank);
 // Saves DIR/step_<steps_done> and rotates; rank 0 prints where. Collective.
 fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t steps_done, int64_t seed,
                           int64_t global_batch, int rank);

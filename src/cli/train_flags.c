@@ -10,6 +10,7 @@ int train_flags(train_options *o, cli_arg *args) {
     o->lr = 1e-3f, o->min_lr = 1e-4f, o->weight_decay = 0.01f, o->dropout = 0.0f, o->clip = 1.0f;
     o->eval_batches = 4, o->collective_timeout = 300;
     o->gen = (train_sample_options){NULL, 1.0f, 0, 0, NULL};
+    o->lora = (train_lora_options){0, 8.0f, 0.0f, "c_attn", NULL, 0};  // PEFT LoraConfig's defaults for GPT-2
     cli_fsdp_defaults(&o->fsdp);
     const cli_arg own[] = {
         {"--layers", ARG_INT, &o->layers, "transformer blocks", 1, 1e5, NULL},
@@ -52,6 +53,12 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--collective-timeout", ARG_INT, &o->collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o->skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
         {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
+        {"--lora-rank", ARG_INT, &o->lora.rank, "LoRA (Hugging Face PEFT): add rank-R adapters A (R x in) and B (out x R) to each --lora-targets projection, y = W x + (alpha / R) B A x, and freeze every base parameter; --save then writes the adapters alone (PEFT names) unless --lora-merge-on-save (default: no adapters)", 1, 65536, NULL},
+        {"--lora-alpha", ARG_FLOAT, &o->lora.alpha, "LoRA scale numerator: the adapters' output is scaled by alpha / --lora-rank", 0, 1e6, NULL},
+        {"--lora-dropout", ARG_FLOAT, &o->lora.dropout, "LoRA: dropout on the adapters' input (training only)", 0, 0.999, NULL},
+        {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj", 1, 0, NULL},
+        {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (PEFT's adapter_model.safetensors layout, base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R]) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
+        {"--lora-merge-on-save", ARG_BOOL, &o->lora.merge_on_save, "LoRA: --save writes the base weights with the adapters merged in (W + alpha / R x (B A)^T for the Conv1D layout: a plain GPT-2 file) instead of the adapters alone", 1, 0, NULL},
         {"--config", ARG_STRING, &o->config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
     };
     int n = (int)(sizeof own / sizeof *own);

@@ -5,6 +5,7 @@
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
 #include "cli/model_config.h"
+#include "cli/train_lora.h"
 #include "cli/train_sample.h"
 #include "core/threads.h"
 
@@ -14,6 +15,7 @@ typedef struct {
     int eval_only;             // --eval-only: evaluate and/or generate from --init or --resume, no training
     train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
     cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
+    train_lora_options lora;  // --lora-* (train_lora.h)
     float lr, min_lr, weight_decay, dropout, clip;
     const char *tokenizer_dir;  // --tokenizer: GPT-2 BPE files (data/tokenizer.h)
     const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;

@@ -49,13 +49,13 @@ static fsdp_status write_shard(fsdp_state *s, const char *path) {
         for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
             const fsdp_unit *u = &s->units[ui];
             for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
-                fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+                fsdp_piece pc = fsdp_piece_at(u, i);
                 if (!pc.count) continue;
                 const char *name = u->params[i]->name;
                 int64_t shape[1] = {pc.count};
                 const float *src[3] = {u->shard + pc.shard_pos, NULL, NULL};  // (count,) device each
                 const char *prefix[3] = {"", "exp_avg.", "exp_avg_sq."};
-                if (s->have_opt) {
+                if (s->have_opt && !u->params[i]->frozen) {  // frozen parameters have no moments
                     src[1] = s->opt.m + u->opt_offset + pc.shard_pos;
                     src[2] = s->opt.v + u->opt_offset + pc.shard_pos;
                 }
@@ -119,7 +119,7 @@ static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_traine
             st = st_writer_add(w, key, ST_I64, 1, dims, shape);
             int n_rows = 0;
             for (int q = 0; q < G && st == FSDP_OK; q++) {  // shard-group rank q = world rank q of group 0
-                fsdp_piece pc = fsdp_piece_at(u, i, s->replicated ? 0 : (int64_t)q * u->shard_numel);
+                fsdp_piece pc = fsdp_piece_of_rank(u, i, s->replicated ? 0 : q);
                 if (!pc.count) continue;
                 rows[3 * n_rows] = q;
                 rows[3 * n_rows + 1] = pc.elem_begin;
@@ -255,6 +255,7 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
                 for (int i = 0; i < s->units[ui].n_params && st == FSDP_OK; i++) {
                     const nn_param *p = s->units[ui].params[i];
                     char name[NN_NAME_MAX + 16];
+                    if (p->frozen) continue;  // no moments
                     snprintf(name, sizeof name, "%s%s", kinds[k], p->name);
                     st = st_writer_add(w, name, ST_F32, p->ndim, p->shape, NULL);
                 }
@@ -263,9 +264,10 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
     for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++)
         for (int k = 0; k < 2 && cs == FSDP_OK; k++) {
             const fsdp_unit *u = &s->units[ui];
-            cs = fsdp_gather_flat(s, u, (k ? s->opt.v : s->opt.m) + u->opt_offset, flat);
+            if (!u->grad_padded) continue;  // every parameter frozen (the same on every rank)
+            cs = fsdp_gather_flat(s, u, (k ? s->opt.v : s->opt.m) + u->opt_offset, flat, 1);
             for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
-                st = fsdp_stage_write(&g, w, flat + u->offsets[i], u->params[i]->numel);
+                if (!u->params[i]->frozen) st = fsdp_stage_write(&g, w, flat + u->offsets[i], u->params[i]->numel);
         }
     if (w) st = (st == FSDP_OK && cs == FSDP_OK) ? st_writer_stream_commit(w) : (st_writer_free(w), st);
     fsdp_stage_close(&g);
@@ -395,14 +397,14 @@ static fsdp_status load_into(fsdp_state *s, fsdp_stage *g, const char *dir, cons
             int64_t tshape[2] = {n_rows, 3};
             st = rows && rows32 ? st_read_i32(index, key, rows32, 2, tshape) : FSDP_ERR_NOMEM;
             for (int r = 0; st == FSDP_OK && r < 3 * n_rows; r++) rows[r] = rows32[r];
-            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i);
             if (st == FSDP_OK && pc.count) {
                 st = read_range(g, dir, index, &cache, "", p, rows, n_rows, pc.elem_begin, pc.count,
                                 shards + base + pc.shard_pos);
-                if (st == FSDP_OK && with_opt)
+                if (st == FSDP_OK && with_opt && !p->frozen)
                     st = read_range(g, dir, index, &cache, "exp_avg.", p, rows, n_rows, pc.elem_begin, pc.count,
                                     m + base + pc.shard_pos);
-                if (st == FSDP_OK && with_opt)
+                if (st == FSDP_OK && with_opt && !p->frozen)
                     st = read_range(g, dir, index, &cache, "exp_avg_sq.", p, rows, n_rows, pc.elem_begin, pc.count,
                                     v + base + pc.shard_pos);
             }
@@ -426,16 +428,16 @@ static fsdp_status load_full_into(fsdp_state *s, fsdp_stage *g, const char *dir,
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
             const nn_param *p = u->params[i];
-            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i);
             if (!pc.count) continue;
             char name[NN_NAME_MAX + 16];
             st = fsdp_stage_read(g, model, p->name, p->ndim, p->shape, pc.elem_begin, pc.count,
                                  shards + base + pc.shard_pos);
             snprintf(name, sizeof name, "exp_avg.%s", p->name);
-            if (st == FSDP_OK && with_opt)
+            if (st == FSDP_OK && with_opt && !p->frozen)
                 st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, m + base + pc.shard_pos);
             snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
-            if (st == FSDP_OK && with_opt)
+            if (st == FSDP_OK && with_opt && !p->frozen)
                 st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, v + base + pc.shard_pos);
         }
         base += u->shard_numel;
@@ -519,11 +521,11 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
         int64_t base = 0;
         for (int ui = 0; ui < s->n_units; ui++) {
             fsdp_unit *u = &s->units[ui];
-            size_t ub = sizeof(float) * (size_t)u->shard_numel;
+            size_t ub = sizeof(float) * (size_t)u->shard_numel, gb = sizeof(float) * (size_t)u->grad_shard;
             fsdp_copy_d2d(s->compute, u->shard, shards + base, ub);
-            if (with_opt) {
-                fsdp_copy_d2d(s->compute, s->opt.m + u->opt_offset, m + base, ub);
-                fsdp_copy_d2d(s->compute, s->opt.v + u->opt_offset, v + base, ub);
+            if (with_opt && gb) {  // the trainable segment's moments (first in the shard)
+                fsdp_copy_d2d(s->compute, s->opt.m + u->opt_offset, m + base, gb);
+                fsdp_copy_d2d(s->compute, s->opt.v + u->opt_offset, v + base, gb);
             }
             base += u->shard_numel;
         }

@@ -41,10 +41,11 @@ fsdp_status det_setup(fsdp_state *s) {
     int64_t max_padded = 0, max_shard = 0, max_block = 0;
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
-        if (u->padded > max_padded) max_padded = u->padded;
-        if (u->shard_numel > max_shard) max_shard = u->shard_numel;
-        if (u->block >= 0 && u->padded > max_block) max_block = u->padded;
-        u->det_acc = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)u->shard_numel, FSDP_MEM_GRADS);
+        if (u->grad_padded > max_padded) max_padded = u->grad_padded;
+        if (u->grad_shard > max_shard) max_shard = u->grad_shard;
+        if (u->block >= 0 && u->grad_padded > max_block) max_block = u->grad_padded;
+        if (!u->grad_shard) continue;  // every parameter frozen
+        u->det_acc = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)u->grad_shard, FSDP_MEM_GRADS);
         if (!u->det_acc) return FSDP_ERR_NOMEM;
     }
     s->det_send = fsdp_dev_alloc(s->dev, sizeof(float) * K * (size_t)(max_padded ? max_padded : 1), FSDP_MEM_COMM);
@@ -55,8 +56,8 @@ fsdp_status det_setup(fsdp_state *s) {
         s->det_grad[b] = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)max_block, FSDP_MEM_UNSHARDED);
         if (!s->det_grad[b]) return FSDP_ERR_NOMEM;
     }
-    if (s->root) {
-        s->det_root_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)s->root->padded, FSDP_MEM_UNSHARDED);
+    if (s->root && s->root->grad_padded) {
+        s->det_root_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)s->root->grad_padded, FSDP_MEM_UNSHARDED);
         if (!s->det_root_grad) return FSDP_ERR_NOMEM;
     }
     return FSDP_OK;
@@ -82,7 +83,7 @@ void det_free(fsdp_state *s) {
 void det_zero(fsdp_state *s) {
     size_t K = (size_t)s->det_fmt.limbs;
     for (int i = 0; i < s->n_units; i++)
-        fsdp_dev_memset(s->compute, s->units[i].det_acc, 0, sizeof(float) * K * (size_t)s->units[i].shard_numel);
+        if (s->units[i].det_acc) fsdp_dev_memset(s->compute, s->units[i].det_acc, 0, sizeof(float) * K * (size_t)s->units[i].grad_shard);
 }
 
 // On the comm stream: u's unsharded gradient (this chunk's) in digits, summed over the ranks into the
@@ -90,8 +91,8 @@ void det_zero(fsdp_state *s) {
 fsdp_status det_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     const fsdp_kernels *k = s->k;
     fsdp_stream *cs = s->comm_stream;
-    size_t K = (size_t)s->det_fmt.limbs, n = (size_t)u->shard_numel;
-    k->fixed_quantize(cs, s->det_send, u->full_grad, (size_t)u->padded, n, &s->det_fmt);
+    size_t K = (size_t)s->det_fmt.limbs, n = (size_t)u->grad_shard;
+    k->fixed_quantize(cs, s->det_send, u->full_grad, (size_t)u->grad_padded, n, &s->det_fmt);
     fsdp_status st = FSDP_OK;
     float *digits = s->det_send;  // (K, n): this rank's elements' digits (a one-rank group holds them all)
     if (!s->replicated && fsdp_comm_size(s->shard_comm) > 1) {
@@ -110,7 +111,7 @@ void det_finalize(fsdp_state *s) {
     double scale = 1.0 / (double)s->cfg.det_chunks;
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
-        s->k->fixed_finalize(s->compute, u->shard_grad, u->det_acc, (size_t)u->shard_numel, &s->det_fmt, scale);
+        if (u->grad_shard) s->k->fixed_finalize(s->compute, u->shard_grad, u->det_acc, (size_t)u->grad_shard, &s->det_fmt, scale);
     }
 }
 
@@ -119,7 +120,7 @@ fsdp_status det_grad_norm(fsdp_state *s, double *norm) {
     int64_t words[FSDP_XSUM_WORDS];
     FSDP_CHECK(fsdp_dev_memset(s->compute, s->det_words, 0, sizeof words));
     for (int i = 0; i < s->n_units; i++)
-        s->k->sum_squares_exact(s->compute, s->det_words, s->units[i].shard_grad, (size_t)s->units[i].shard_numel);
+        if (s->units[i].grad_shard) s->k->sum_squares_exact(s->compute, s->det_words, s->units[i].shard_grad, (size_t)s->units[i].grad_shard);
     FSDP_CHECK(fsdp_dev_read(s->compute, words, s->det_words, sizeof words));
     // 16-bit digits (exact in fp32, and so are their sums over up to 256 ranks), then a flag
     enum { D = 2 * FSDP_XSUM_WORDS };

@@ -23,12 +23,13 @@
 
 // Points u's parameters (or their gradients) at their places in a flat buffer (NULL: unbinds them).
 // Parameters gathered in bf16 (param_dtype) are bound as bf16 views. No memory is touched.
+// Frozen parameters never get a gradient view (the modules skip their weight gradients).
 static void bind_params(const fsdp_state *s, fsdp_unit *u, float *flat, int grads) {
     int b16 = !grads && s->cfg.param_dtype == FSDP_BF16;
     for (int i = 0; i < u->n_params; i++) {
         nn_param *p = u->params[i];
         if (grads) {
-            p->grad = flat ? flat + u->offsets[i] : NULL;
+            p->grad = flat && !p->frozen ? flat + u->offsets[i] : NULL;
         } else {
             p->data = flat && !b16 ? flat + u->offsets[i] : NULL;
             p->data_b16 = flat && b16 ? (const fsdp_bf16 *)flat + u->offsets[i] : NULL;
@@ -63,11 +64,31 @@ static fsdp_status compute_after_comm(fsdp_state *s) {
     return fsdp_stream_wait_event(s->compute, s->comm_done);
 }
 
-fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst) {
-    if (s->replicated) return dst != src ? fsdp_copy_d2d(s->compute, dst, src, sizeof(float) * (size_t)u->padded) : FSDP_OK;
-    FSDP_CHECK(fsdp_copy_d2d(s->compute, dst + u->shard_begin, src, sizeof(float) * (size_t)u->shard_numel));
-    FSDP_CHECK(fsdp_dev_all_gather(s->compute, s->shard_comm, dst + u->shard_begin, dst, (size_t)u->shard_numel,
-                                   FSDP_F32));
+// A unit's segments (fsdp_internal.h): 0 trainable, 1 frozen.
+typedef struct {
+    int64_t flat;   // the segment's first element in the flat parameter
+    int64_t local;  // its first element in a rank's shard
+    int64_t per;    // its elements per rank
+    int64_t begin;  // this rank's first element within the segment
+} unit_segment;
+
+static unit_segment segment_of(const fsdp_unit *u, int g) {
+    if (g == 0) return (unit_segment){0, 0, u->grad_shard, u->shard_begin};
+    return (unit_segment){u->grad_padded, u->grad_shard, u->shard_numel - u->grad_shard, u->frozen_begin};
+}
+
+fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst, int trainable_only) {
+    if (s->replicated) {
+        size_t n = (size_t)(trainable_only ? u->grad_padded : u->padded);
+        return dst != src && n ? fsdp_copy_d2d(s->compute, dst, src, sizeof(float) * n) : FSDP_OK;
+    }
+    for (int g = 0; g < (trainable_only ? 1 : 2); g++) {
+        unit_segment sg = segment_of(u, g);
+        if (!sg.per) continue;
+        float *mine = dst + sg.flat + sg.begin;
+        FSDP_CHECK(fsdp_copy_d2d(s->compute, mine, src + sg.local, sizeof(float) * (size_t)sg.per));
+        FSDP_CHECK(fsdp_dev_all_gather(s->compute, s->shard_comm, mine, dst + sg.flat, (size_t)sg.per, FSDP_F32));
+    }
     return fsdp_stream_synchronize(s->compute);
 }
 
@@ -144,18 +165,22 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     double t0 = fsdp_now_sec();
     fsdp_status st;
     if (u->storage == SHARD_OFFLOADED) fsdp_offload_prefetch(u->shard, sizeof(float) * (size_t)u->shard_numel);
-    if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered
-        fsdp_bf16 *gathered = (fsdp_bf16 *)u->full;  // (padded,)
-        fsdp_bf16 *mine = u->shard_lp ? u->shard_lp : gathered + u->shard_begin;
-        s->k->f32_to_bf16(cs, mine, u->shard, (size_t)u->shard_numel);
-        st = fsdp_dev_all_gather(cs, s->shard_comm, mine, gathered, (size_t)u->shard_numel, FSDP_BF16);
-    } else if (u->storage == SHARD_SHARED) {  // zero-copy: the peers' shards are read where they live
-        st = fsdp_dev_all_gather(cs, s->shard_comm, u->shard, u->full, (size_t)u->shard_numel, FSDP_F32);
-    } else {
-        st = fsdp_copy_d2d(cs, u->full + u->shard_begin, u->shard, sizeof(float) * (size_t)u->shard_numel);
-        if (st == FSDP_OK)
-            st = fsdp_dev_all_gather(cs, s->shard_comm, u->full + u->shard_begin, u->full, (size_t)u->shard_numel,
-                                     FSDP_F32);
+    st = FSDP_OK;
+    for (int g = 0; g < 2 && st == FSDP_OK; g++) {  // the trainable segment, then the frozen one
+        unit_segment sg = segment_of(u, g);
+        if (!sg.per) continue;
+        if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered
+            fsdp_bf16 *gathered = (fsdp_bf16 *)u->full + sg.flat;  // (segment,)
+            fsdp_bf16 *mine = u->shard_lp ? u->shard_lp + sg.local : gathered + sg.begin;
+            s->k->f32_to_bf16(cs, mine, u->shard + sg.local, (size_t)sg.per);
+            st = fsdp_dev_all_gather(cs, s->shard_comm, mine, gathered, (size_t)sg.per, FSDP_BF16);
+        } else if (u->storage == SHARD_SHARED) {  // zero-copy: the peers' shards are read where they live
+            st = fsdp_dev_all_gather(cs, s->shard_comm, u->shard + sg.local, u->full + sg.flat, (size_t)sg.per, FSDP_F32);
+        } else {
+            float *mine = u->full + sg.flat + sg.begin;
+            st = fsdp_copy_d2d(cs, mine, u->shard + sg.local, sizeof(float) * (size_t)sg.per);
+            if (st == FSDP_OK) st = fsdp_dev_all_gather(cs, s->shard_comm, mine, u->full + sg.flat, (size_t)sg.per, FSDP_F32);
+        }
     }
     if (st == FSDP_OK) st = fsdp_event_record(u->gathered, cs);
     fsdp_trace_end();
@@ -192,6 +217,7 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
 }
 
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
+    if (!u->grad_padded) return FSDP_OK;  // every parameter frozen: no gradient at all
     if (u->grad == GRAD_NONE && s->staging[0] && s->sync && u->block >= 0 && !s->cfg.deterministic) {
         // this micro-step's gradients go straight into shared memory: the reduce-scatter reads them in
         // place. Two buffers alternate, so a buffer is only rewritten after every rank has passed the
@@ -199,7 +225,7 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
         u->full_grad = s->staging[s->next_staging];
         s->next_staging ^= 1;
         u->grad_staged = 1;
-        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->padded));
+        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->grad_padded));
     }
     if (u->grad == GRAD_NONE && s->cfg.deterministic && (u->block < 0 ? s->det_root_grad != NULL : s->det_grad[0] != NULL)) {
         // preallocated (deterministic.c): block units alternate between two buffers, as with staging; on
@@ -207,10 +233,10 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
         u->full_grad = u->block < 0 ? s->det_root_grad : s->det_grad[s->next_staging];
         if (u->block >= 0) s->next_staging ^= 1;
         u->grad_staged = 1;
-        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->padded));
+        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->grad_padded));
     }
     if (!u->full_grad) {
-        u->full_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)u->padded, FSDP_MEM_UNSHARDED);
+        u->full_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)u->grad_padded, FSDP_MEM_UNSHARDED);
         if (!u->full_grad) return FSDP_ERR_NOMEM;
     }
     u->grad = GRAD_BOUND;
@@ -233,7 +259,7 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     int det = s->cfg.deterministic;
     int lp = s->cfg.reduce_dtype == FSDP_BF16 && !det;
     size_t bytes = (det ? sizeof(float) * (size_t)s->det_fmt.limbs : lp ? sizeof(uint16_t) : sizeof(float)) *
-                   (size_t)u->padded;
+                   (size_t)u->grad_padded;
     FSDP_CHECK(comm_after_compute(s));  // the backward's gradients
     fsdp_trace_begin(op, FSDP_SPAN_COMM, u->name);
     fsdp_trace_add_bytes(bytes);
@@ -242,26 +268,26 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     if (det) {  // fixed-point digits, summed exactly (deterministic.c)
         st = det_reduce_grads(s, u);
     } else if (lp) {  // bf16 on the wire: the gradients become bf16 in place, then fp32 sums of bf16 payloads
-        k->f32_to_bf16_in_place(cs, u->full_grad, (size_t)u->padded);
-        fsdp_bf16 *g = (fsdp_bf16 *)u->full_grad, *r = (fsdp_bf16 *)s->reduce_buf;  // (padded,), (shard_numel,)
+        k->f32_to_bf16_in_place(cs, u->full_grad, (size_t)u->grad_padded);
+        fsdp_bf16 *g = (fsdp_bf16 *)u->full_grad, *r = (fsdp_bf16 *)s->reduce_buf;  // (grad_padded,), (grad_shard,)
         if (s->replicated) {
-            st = fsdp_dev_all_reduce(cs, s->world, g, (size_t)u->padded, FSDP_BF16, FSDP_AVG);
-            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, g, (size_t)u->padded);
+            st = fsdp_dev_all_reduce(cs, s->world, g, (size_t)u->grad_padded, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, g, (size_t)u->grad_padded);
         } else {
-            st = fsdp_dev_reduce_scatter(cs, s->shard_comm, g, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
+            st = fsdp_dev_reduce_scatter(cs, s->shard_comm, g, r, (size_t)u->grad_shard, FSDP_BF16, FSDP_AVG);
             if (st == FSDP_OK && s->replica_comm)
-                st = fsdp_dev_all_reduce(cs, s->replica_comm, r, (size_t)u->shard_numel, FSDP_BF16, FSDP_AVG);
-            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, r, (size_t)u->shard_numel);
+                st = fsdp_dev_all_reduce(cs, s->replica_comm, r, (size_t)u->grad_shard, FSDP_BF16, FSDP_AVG);
+            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, r, (size_t)u->grad_shard);
         }
     } else if (s->replicated) {
-        st = fsdp_dev_all_reduce(cs, s->world, u->full_grad, (size_t)u->padded, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, u->full_grad, (size_t)u->padded);
+        st = fsdp_dev_all_reduce(cs, s->world, u->full_grad, (size_t)u->grad_padded, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, u->full_grad, (size_t)u->grad_padded);
     } else {
-        st = fsdp_dev_reduce_scatter(cs, s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->shard_numel,
+        st = fsdp_dev_reduce_scatter(cs, s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->grad_shard,
                                      FSDP_F32, FSDP_AVG);
         if (st == FSDP_OK && s->replica_comm)
-            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->reduce_buf, (size_t)u->shard_numel, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, s->reduce_buf, (size_t)u->shard_numel);
+            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->reduce_buf, (size_t)u->grad_shard, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, s->reduce_buf, (size_t)u->grad_shard);
     }
     fsdp_trace_end();
     log_collective(s, u, op, bytes, fsdp_now_sec() - t0);
@@ -409,7 +435,7 @@ fsdp_status fsdp_end_backward(fsdp_state *s) {
 void fsdp_zero_grad(fsdp_state *s) {
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
-        fsdp_dev_memset(s->compute, u->shard_grad, 0, sizeof(float) * (size_t)u->shard_numel);
+        if (u->grad_shard) fsdp_dev_memset(s->compute, u->shard_grad, 0, sizeof(float) * (size_t)u->grad_shard);
     }
     if (s->cfg.deterministic) det_zero(s);
 }
@@ -419,7 +445,8 @@ fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm) {
     double sq = 0.0;
     FSDP_CHECK(fsdp_dev_memset(s->compute, s->norm_acc, 0, sizeof(double)));
     for (int i = 0; i < s->n_units; i++)
-        s->k->sum_squares(s->compute, s->norm_acc, s->units[i].shard_grad, (size_t)s->units[i].shard_numel);
+        if (s->units[i].grad_shard)
+            s->k->sum_squares(s->compute, s->norm_acc, s->units[i].shard_grad, (size_t)s->units[i].grad_shard);
     FSDP_CHECK(fsdp_dev_read(s->compute, &sq, s->norm_acc, sizeof(double)));  // clipping needs it now
     if (!s->replicated) FSDP_CHECK(fsdp_all_reduce_double(s->shard_comm, &sq));
     *norm = sqrt(sq);
@@ -428,12 +455,12 @@ fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm) {
 
 void fsdp_scale_grads(fsdp_state *s, float factor) {
     for (int i = 0; i < s->n_units; i++)
-        s->k->scale(s->compute, s->units[i].shard_grad, factor, (size_t)s->units[i].shard_numel);
+        if (s->units[i].grad_shard)
+            s->k->scale(s->compute, s->units[i].shard_grad, factor, (size_t)s->units[i].grad_shard);
 }
 
 fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
-    int64_t n = 0;  // this rank's shard elements: the optimizer state's size
-    for (int i = 0; i < s->n_units; i++) n += s->units[i].shard_numel;
+    int64_t n = fsdp_local_grad_numel(s);  // this rank's trainable shard elements: the optimizer state's size
     if (s->cfg.offload_dir) {  // the moments in mapped files too
         size_t bytes = sizeof(float) * (size_t)n;
         int R = fsdp_comm_rank(s->world);
@@ -459,15 +486,16 @@ void fsdp_optimizer_step(fsdp_state *s, float lr) {
     fsdp_adamw_begin_step(&s->opt);
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
+        if (!u->grad_shard) continue;  // every parameter frozen
         if (u->storage == SHARD_OFFLOADED && i + 1 < s->n_units) {  // page in the next unit's state meanwhile
             const fsdp_unit *nx = &s->units[i + 1];
-            size_t bytes = sizeof(float) * (size_t)nx->shard_numel;
-            fsdp_offload_prefetch(nx->shard, bytes);
+            size_t bytes = sizeof(float) * (size_t)nx->grad_shard;
+            fsdp_offload_prefetch(nx->shard, sizeof(float) * (size_t)nx->shard_numel);
             fsdp_offload_prefetch(nx->shard_grad, bytes);
             fsdp_offload_prefetch(s->opt.m + nx->opt_offset, bytes);
             fsdp_offload_prefetch(s->opt.v + nx->opt_offset, bytes);
         }
-        fsdp_adamw_update(s->k, s->compute, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->shard_numel);
+        fsdp_adamw_update(s->k, s->compute, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->grad_shard);
     }
     fsdp_trace_end();
 }

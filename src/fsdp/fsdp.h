@@ -62,6 +62,11 @@ typedef struct {
     // dropout on the chunk. no_sync is refused; reduce_dtype does not apply (the sums are exact).
     int deterministic;
     int det_chunks;              // chunks (micro-steps over all ranks) per optimizer step
+    // Frozen parameters (requires_grad=False; docs/finetuning.md): a comma-separated list of globs
+    // (fnmatch) on parameter names, e.g. "h.0.*,wpe.weight", or NULL. Each must match at least one
+    // parameter. Matching parameters (and any with nn_param.frozen already set) are sharded and gathered
+    // as usual but get no gradient, no reduction and no optimizer state.
+    const char *freeze;
 } fsdp_config;
 
 fsdp_config fsdp_config_default(void);  // FULL_SHARD, transformer wrap, BACKWARD_PRE, limit 2, fp32
@@ -97,11 +102,31 @@ fsdp_status fsdp_sync_module_states(fsdp_state *s);
 // tensor in the file that is no parameter, is an error listing them (Hugging Face's attn.bias /
 // attn.masked_bias buffers and a tied lm_head.weight are not counted). Not strict: missing parameters
 // keep their current values and both lists go to `report` (may be NULL). Every rank validates every
-// tensor, so a bad file fails on all ranks alike.
+// tensor, so a bad file fails on all ranks alike. Adapter parameters (nn_param.adapter) the file lacks
+// are not missing: they keep their values (a base model's file has none).
 fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
                              size_t report_cap);
-// Gathers the full parameters (or gradients) and writes them from rank 0 as safetensors.
+// Gathers the full parameters (or gradients: trainable parameters only) and writes them from rank 0
+// as safetensors.
 fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads);
+// The parameters fsdp_load_adapters and fsdp_save_params touch (nn_param.adapter tells them apart).
+typedef enum { FSDP_PARAMS_ALL, FSDP_PARAMS_ADAPTERS, FSDP_PARAMS_BASE } fsdp_param_set;
+// Writes the set's parameters as name_prefix + name (NULL: none), e.g. LoRA adapters alone under PEFT's
+// "base_model.model.transformer." (fsdp_save_full's metadata and staging).
+fsdp_status fsdp_save_params(fsdp_state *s, const char *path, fsdp_param_set set, const char *name_prefix);
+// Reads every adapter parameter (nn_param.adapter) from a file holding exactly those (names bare or
+// with alt_prefix): a missing adapter or any other tensor is an error listing them. (fsdp_load_params
+// of a base-weights file leaves adapters it lacks at their values.)
+fsdp_status fsdp_load_adapters(fsdp_state *s, const char *path, const char *alt_prefix);
+// Adds scale x (B A) to the weight W of each entry, as PEFT's merge: A (r, in), B (out, r), W (out, in),
+// or (in, out) with in_out (Conv1D, adding the transpose); then zeroes B, so the model computes the same
+// function. Every rank gathers the units concerned; collective.
+typedef struct {
+    const char *weight, *a, *b;  // parameter names
+    float scale;
+    int in_out;
+} fsdp_low_rank_merge;
+fsdp_status fsdp_merge_low_rank(fsdp_state *s, const fsdp_low_rank_merge *merges, int n);
 // Metadata (string key -> value, copied) that every file the state writes from now on carries next to
 // its own keys: fsdp_save_full's state dict, a sharded checkpoint's index, a full checkpoint's two
 // files. The tools record the model's configuration and their settings this way. keys, values: (n,)
@@ -163,7 +188,8 @@ fsdp_status fsdp_det_mean(fsdp_comm *world, const double *mine, int per_rank, in
 
 // Layout and memory
 int fsdp_unit_count(const fsdp_state *s);
-int64_t fsdp_local_numel(const fsdp_state *s);  // sum of this rank's shard sizes
+int64_t fsdp_local_numel(const fsdp_state *s);       // sum of this rank's shard sizes
+int64_t fsdp_local_grad_numel(const fsdp_state *s);  // of which trainable: its gradient and optimizer elements
 void fsdp_print_summary(const fsdp_state *s, FILE *f);  // like fsdp.summarize().print_summary()
 fsdp_comm *fsdp_shard_comm(const fsdp_state *s);
 // Bytes of state (master shards, gradient shards, AdamW moments) this process now keeps in

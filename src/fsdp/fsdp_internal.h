@@ -34,16 +34,26 @@ struct fsdp_unit {
     int n_params;
     nn_param **params;       // (n_params,) in flat order
     int64_t *offsets;        // (n_params,) each parameter's first element in the flat parameter
+    // The flat parameter has two segments, each padded and sharded on its own: the trainable
+    // parameters first, [0, grad_padded), then the frozen ones (nn_param.frozen), [grad_padded, padded).
+    // A rank's shard is its piece of each: [0, grad_shard) trainable, [grad_shard, shard_numel) frozen.
+    // Only the trainable segment has gradients, reductions and optimizer state. Without frozen
+    // parameters grad_padded == padded and grad_shard == shard_numel.
     int64_t numel;           // sum of the parameters' sizes
-    int64_t padded;          // flat size: numel rounded up to shard_size * FSDP_PAD_ALIGN
+    int64_t train_numel;     // sum of the trainable parameters' sizes
+    int64_t padded;          // flat size: both segments, each rounded up to shard_size * FSDP_PAD_ALIGN
+    int64_t grad_padded;     // the trainable segment's padded size (the unsharded gradient's size)
     int64_t shard_numel;     // elements per rank (padded / shard_size; padded when replicated)
-    int64_t shard_begin;     // this rank's first flat element
+    int64_t grad_shard;      // of which trainable (grad_padded / shard_size): the gradient shard's size
+    int shard_rank;          // this rank's shard (its rank in the shard group; 0 when replicated)
+    int64_t shard_begin;     // this rank's first element of the trainable segment
+    int64_t frozen_begin;    // this rank's first element of the frozen segment (counted from grad_padded)
     // Device memory unless storage says otherwise. Host code never dereferences these.
     float *shard;            // (shard_numel,) fp32 master parameters          FSDP_MEM_PARAMS
-    float *shard_grad;       // (shard_numel,) reduced gradients               FSDP_MEM_GRADS
+    float *shard_grad;       // (grad_shard,) reduced gradients (NULL when 0)   FSDP_MEM_GRADS
     float *full;             // (padded,) gathered parameters, NULL when SHARDED  FSDP_MEM_UNSHARDED
                              // (fsdp_bf16 values under param_dtype bf16)
-    float *full_grad;        // (padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
+    float *full_grad;        // (grad_padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
     fsdp_bf16 *shard_lp;     // (shard_numel,) bf16 copy of the shard for a param_dtype bf16 all-gather
                              // from shared memory (zero-copy), or NULL                  FSDP_MEM_COMM
     fsdp_unit_state state;
@@ -53,7 +63,7 @@ struct fsdp_unit {
     fsdp_event *gathered;    // recorded on the comm stream after this unit's all-gather
     int64_t opt_offset;      // where the unit's shard sits in the optimizer state
     int order_pos;           // position in the recorded forward order, -1 before it is known
-    float *det_acc;          // (limbs, shard_numel) deterministic mode: the gradient's fixed-point digit
+    float *det_acc;          // (limbs, grad_shard) deterministic mode: the gradient's fixed-point digit
                              // sums over this step's chunks, or NULL                  FSDP_MEM_GRADS
 };
 
@@ -114,23 +124,30 @@ struct fsdp_state {
     float *det_root_grad;     // (root padded,) the root unit's unsharded gradient, or NULL    FSDP_MEM_UNSHARDED
 };
 
-// The piece of parameter i of unit u held by the rank whose shard starts at flat element
-// shard_begin: elements [elem_begin, elem_begin + count) of the parameter, at shard_pos in that shard.
+// The piece of parameter i of unit u held by shard-group rank q (this rank: fsdp_piece_at):
+// elements [elem_begin, elem_begin + count) of the parameter, at shard_pos in that rank's shard.
 typedef struct {
     int64_t elem_begin, count, shard_pos;
 } fsdp_piece;
 
-static inline fsdp_piece fsdp_piece_at(const fsdp_unit *u, int i, int64_t shard_begin) {
+static inline fsdp_piece fsdp_piece_of_rank(const fsdp_unit *u, int i, int64_t q) {
     fsdp_piece pc = {0, 0, 0};
-    int64_t p0 = u->offsets[i], p1 = p0 + u->params[i]->numel;
-    int64_t s0 = shard_begin, s1 = s0 + u->shard_numel;
+    int frozen = u->offsets[i] >= u->grad_padded;  // which segment the parameter lies in
+    int64_t seg = frozen ? u->grad_padded : 0;     // the segment's first flat element
+    int64_t per = frozen ? u->shard_numel - u->grad_shard : u->grad_shard;  // its elements per rank
+    int64_t p0 = u->offsets[i] - seg, p1 = p0 + u->params[i]->numel;
+    int64_t s0 = q * per, s1 = s0 + per;
     int64_t a = p0 > s0 ? p0 : s0, b = p1 < s1 ? p1 : s1;
     if (a < b) {
         pc.elem_begin = a - p0;
         pc.count = b - a;
-        pc.shard_pos = a - s0;
+        pc.shard_pos = a - s0 + (frozen ? u->grad_shard : 0);
     }
     return pc;
+}
+
+static inline fsdp_piece fsdp_piece_at(const fsdp_unit *u, int i) {
+    return fsdp_piece_of_rank(u, i, u->shard_rank);
 }
 
 // offload.c: zero-filled shared mappings of scratch files under dir (unlinked at once), registered with
@@ -165,9 +182,10 @@ fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u);
 void fsdp_reshard(fsdp_state *s, fsdp_unit *u);
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u);
 fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
-// Gathers a per-shard array of the unit (its shard, shard_grad, or an optimizer moment slice; src:
-// (shard_numel,)) into the full flat layout dst (padded,).
-fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst);
+// Gathers a per-shard array of the unit into the full flat layout: its shard (src (shard_numel,), dst
+// (padded,)), or with trainable_only its shard_grad or an optimizer moment slice (src (grad_shard,),
+// dst (grad_padded,)).
+fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst, int trainable_only);
 
 // deterministic.c (all no-ops unless cfg.deterministic; see there)
 fsdp_status det_setup(fsdp_state *s);  // the format and buffers, called by fsdp_wrap after the units

@@ -50,7 +50,7 @@ fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed) {
         fsdp_unit *u = &s->units[ui];
         st = fsdp_dev_memset(s->compute, u->shard, 0, sizeof(float) * (size_t)u->shard_numel);
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
-            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i);
             for (int64_t c0 = 0; c0 < pc.count && st == FSDP_OK; c0 += (int64_t)FSDP_STAGE_FLOATS) {
                 int64_t c = pc.count - c0 < (int64_t)FSDP_STAGE_FLOATS ? pc.count - c0 : (int64_t)FSDP_STAGE_FLOATS;
                 nn_param_init_slice(u->params[i], seed, pc.elem_begin + c0, c, g.host);
@@ -85,8 +85,16 @@ static void list_add(char *buf, size_t cap, int *count, const char *name) {
     (*count)++;
 }
 
-fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
-                             size_t report_cap) {
+// Whether parameter p belongs to the set.
+static int in_set(const nn_param *p, fsdp_param_set set) {
+    return set == FSDP_PARAMS_ALL || (set == FSDP_PARAMS_ADAPTERS) == (p->adapter != 0);
+}
+
+// fsdp_load_params over a set: FSDP_PARAMS_ALL reads every parameter, adapters optional (a base-weights
+// file has none: they keep their values); FSDP_PARAMS_ADAPTERS reads only adapters, and any other
+// tensor of the file is unexpected.
+static fsdp_status load_set(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
+                            size_t report_cap, fsdp_param_set set) {
     st_file *f = NULL;
     FSDP_CHECK(st_open(path, &f));
     char missing[512] = "", unexpected[512] = "";
@@ -95,7 +103,9 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
     for (int i = 0; i < st_count(f); i++) {  // tensors of the file that are no parameter
         const char *name = st_entry_at(f, i)->name;
         const char *bare = plen && strncmp(name, alt_prefix, plen) == 0 ? name + plen : name;
-        if (!nn_params_find(s->model.params, bare) && !ignorable(bare)) list_add(unexpected, sizeof unexpected, &n_unexpected, name);
+        const nn_param *p = nn_params_find(s->model.params, bare);
+        if ((!p || !in_set(p, set)) && (set == FSDP_PARAMS_ADAPTERS || !ignorable(bare)))
+            list_add(unexpected, sizeof unexpected, &n_unexpected, name);
     }
     fsdp_stage g;
     fsdp_status st = fsdp_stage_open(s, &g);
@@ -105,15 +115,16 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
             nn_param *p = u->params[i];
             const char *name = p->name;
             char alt[NN_NAME_MAX + 64];
+            if (!in_set(p, set)) continue;
             if (!st_find(f, name) && alt_prefix) {
                 snprintf(alt, sizeof alt, "%s%s", alt_prefix, p->name);
                 if (st_find(f, alt)) name = alt;
             }
             if (!st_find(f, name)) {
-                list_add(missing, sizeof missing, &n_missing, p->name);
+                if (set == FSDP_PARAMS_ADAPTERS || !p->adapter) list_add(missing, sizeof missing, &n_missing, p->name);
                 continue;
             }
-            fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+            fsdp_piece pc = fsdp_piece_at(u, i);
             st = fsdp_stage_read(&g, f, name, p->ndim, p->shape, pc.elem_begin, pc.count, u->shard + pc.shard_pos);
         }
     }
@@ -140,16 +151,29 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
     return FSDP_OK;
 }
 
+fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
+                             size_t report_cap) {
+    return load_set(s, path, alt_prefix, strict, report, report_cap, FSDP_PARAMS_ALL);
+}
+
+fsdp_status fsdp_load_adapters(fsdp_state *s, const char *path, const char *alt_prefix) {
+    int any = 0;
+    for (int i = 0; i < s->model.params->count; i++) any |= s->model.params->items[i].adapter;
+    if (!any) return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: the model has no adapters to load", path);
+    return load_set(s, path, alt_prefix, 1, NULL, 0, FSDP_PARAMS_ADAPTERS);
+}
+
 float *fsdp_alloc_unit_buffer(const fsdp_state *s) {
     int64_t max_unit = 1;
     for (int ui = 0; ui < s->n_units; ui++) max_unit = s->units[ui].padded > max_unit ? s->units[ui].padded : max_unit;
     return fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)max_unit, FSDP_MEM_UNSHARDED);
 }
 
-fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
-    // One unit at a time: every rank gathers the unit's flat buffer on the device (the only extra
-    // memory, about one unit), rank 0 streams its parameters into the file through the bounded host
-    // staging; the file's header listed every tensor up front.
+// Writes the set's parameters (their gradients with grads: trainable ones only; frozen ones have none)
+// as name_prefix + name. One unit at a time: every rank gathers the unit's flat buffer on the device
+// (the only extra memory, about one unit), rank 0 streams its parameters into the file through the
+// bounded host staging; the file's header listed every tensor up front.
+static fsdp_status save_set(fsdp_state *s, const char *path, int grads, fsdp_param_set set, const char *name_prefix) {
     int R = fsdp_comm_rank(s->world);
     float *flat = fsdp_alloc_unit_buffer(s);
     if (!flat) return FSDP_ERR_NOMEM;
@@ -163,7 +187,9 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
         for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++)
             for (int i = 0; i < s->units[ui].n_params && st == FSDP_OK; i++) {
                 const nn_param *p = s->units[ui].params[i];
-                st = st_writer_add(w, p->name, ST_F32, p->ndim, p->shape, NULL);
+                char name[NN_NAME_MAX + 64];
+                snprintf(name, sizeof name, "%s%s", name_prefix ? name_prefix : "", p->name);
+                if ((!grads || !p->frozen) && in_set(p, set)) st = st_writer_add(w, name, ST_F32, p->ndim, p->shape, NULL);
             }
         if (st == FSDP_OK) st = fsdp_add_file_metadata(s, w);
         if (st == FSDP_OK) st = st_writer_stream_begin(w);
@@ -171,9 +197,10 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
     fsdp_status cs = FSDP_OK;  // collective status: every rank takes part in every gather
     for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++) {
         fsdp_unit *u = &s->units[ui];
-        cs = fsdp_gather_flat(s, u, grads ? u->shard_grad : u->shard, flat);
+        cs = fsdp_gather_flat(s, u, grads ? u->shard_grad : u->shard, flat, grads);
         for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
-            st = fsdp_stage_write(&g, w, flat + u->offsets[i], u->params[i]->numel);
+            if ((!grads || !u->params[i]->frozen) && in_set(u->params[i], set))
+                st = fsdp_stage_write(&g, w, flat + u->offsets[i], u->params[i]->numel);
     }
     if (w) {
         if (st == FSDP_OK && cs == FSDP_OK) st = st_writer_stream_commit(w);
@@ -189,6 +216,14 @@ fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
     if (st != FSDP_OK) return fsdp_error(st, "%s", msg);
     if (bs != FSDP_OK) return bs;
     return ok != 0.0f ? FSDP_OK : fsdp_error(FSDP_ERR_IO, "%s: rank 0 failed to write the state dict", path);
+}
+
+fsdp_status fsdp_save_full(fsdp_state *s, const char *path, int grads) {
+    return save_set(s, path, grads, FSDP_PARAMS_ALL, NULL);
+}
+
+fsdp_status fsdp_save_params(fsdp_state *s, const char *path, fsdp_param_set set, const char *name_prefix) {
+    return save_set(s, path, 0, set, name_prefix);
 }
 
 fsdp_status fsdp_set_file_metadata(fsdp_state *s, int n, const char *const *keys, const char *const *values) {
@@ -231,11 +266,11 @@ fsdp_named_param fsdp_named_param_at(const fsdp_state *s, int index) {
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params; i++)
             if (u->params[i] == p) {
-                fsdp_piece pc = fsdp_piece_at(u, i, u->shard_begin);
+                fsdp_piece pc = fsdp_piece_at(u, i);
                 np.shard_offset = pc.elem_begin;
                 np.shard_numel = pc.count;
                 np.shard_data = u->shard + pc.shard_pos;
-                np.shard_grad = u->shard_grad + pc.shard_pos;
+                np.shard_grad = p->frozen ? NULL : u->shard_grad + pc.shard_pos;
             }
     }
     return np;

@@ -28,18 +28,21 @@ static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, i
     if (!in->param_bf16) return fp32;
     int64_t hd = C / (in->heads > 0 ? in->heads : 1);
     int64_t io[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};  // (in, out) of the block's linear layers
+    // weight-gradient products no layer runs: a weight frozen in every block (or the tied head's)
+    int skip = in->block_train ? in->skip_dw : 0;
     gemm_shape g[20];
     int n = 0;
     for (int i = 0; i < 4; i++) {
         int64_t a = io[i][0], b = io[i][1];
         g[n++] = (gemm_shape){N, b, a, 0};                                          // forward
         g[n++] = (gemm_shape){N, a, b, 0};                                          // input gradient
+        if (skip >> i & 1) continue;
         g[n++] = in->gpt2 ? (gemm_shape){a, b, N, 0} : (gemm_shape){b, a, N, 0};  // weight gradient (Conv1D or Linear)
     }
     if (in->gpt2) {  // the tied LM head
         g[n++] = (gemm_shape){N, V, C, 0};
         g[n++] = (gemm_shape){N, C, V, 0};
-        g[n++] = (gemm_shape){V, C, N, 0};
+        if (!(skip >> 4 & 1)) g[n++] = (gemm_shape){V, C, N, 0};
     }
     g[n++] = (gemm_shape){T, T, hd, 1};
     g[n++] = (gemm_shape){T, hd, T, 1};
@@ -89,21 +92,48 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     p.hosts = (world + P - 1) / P;
     int G = replicated ? 1 : (in->strategy == FSDP_HYBRID_SHARD ? (in->shard_group > 0 ? in->shard_group : P) : world);
     if (G > world) G = world;
+    // the wrap decision is on a block's whole size, frozen parameters included (wrap.c wrap_block)
     int wrapped = in->wrap == 0 || (in->wrap == 1 && block >= in->min_num_params);
     int64_t n_block_units = wrapped ? L : 0;
-    int64_t root_numel = root + (wrapped ? 0 : L * block);
     int64_t q = (int64_t)G * ALIGN;
-    int64_t block_padded = round_up(block, q), root_padded = root_numel ? round_up(root_numel, q) : 0;
-    int64_t local = n_block_units * (block_padded / G) + root_padded / G;
+    // Each unit's flat parameter (wrap.c build_unit): the trainable segment, padded to q (its size,
+    // grad_padded, is the unsharded gradient's; grad_padded / G the gradient shard's and the optimizer's),
+    // then the frozen one, padded on its own; padded (both) / G is the parameter shard. Sums and maxima
+    // over the block units; without frozen parameters grad_padded == padded.
+    int64_t blocks_train = 0;                        // trainable elements of all blocks
+    int64_t blocks_padded = 0, blocks_grad = 0;      // sums of padded, grad_padded
+    int64_t max_block_padded = 0, max_block_grad = 0;
+    int64_t max_segment = 0;                         // the largest segment of any unit (all-gathered alone)
+    for (int64_t b = 0; b < L; b++) {
+        int64_t t = in->block_train ? in->block_train[b] : block;
+        blocks_train += t;
+        if (!wrapped) continue;
+        int64_t gp = round_up(t, q), fp = round_up(block - t, q);
+        blocks_padded += gp + fp;
+        blocks_grad += gp;
+        if (gp + fp > max_block_padded) max_block_padded = gp + fp;
+        if (gp > max_block_grad) max_block_grad = gp;
+        if (gp > max_segment) max_segment = gp;
+        if (fp > max_segment) max_segment = fp;
+    }
+    // the root unit: the parameters outside the blocks, and the blocks when they are not wrapped
+    int64_t root_numel = root + (wrapped ? 0 : L * block);
+    int64_t root_t = (in->block_train ? in->root_train : root) + (wrapped ? 0 : blocks_train);
+    int64_t root_grad = round_up(root_t, q), root_padded = root_grad + round_up(root_numel - root_t, q);
+    if (root_grad > max_segment) max_segment = root_grad;
+    if (root_padded - root_grad > max_segment) max_segment = root_padded - root_grad;
+    p.train_numel = blocks_train + (in->block_train ? in->root_train : root);
+    int64_t local = blocks_padded / G + root_padded / G;  // parameter shard elements
+    int64_t grad_local = blocks_grad / G + root_grad / G;  // of which trainable: gradient and optimizer elements
     p.units = (int)n_block_units + (root_numel > 0);
     p.params = 4.0 * local;
-    p.grads = 4.0 * local;
-    p.optimizer = 8.0 * local;
-    int64_t max_shard = n_block_units ? block_padded / G : 0;
-    if (root_padded / G > max_shard) max_shard = root_padded / G;
+    p.grads = 4.0 * grad_local;
+    p.optimizer = 8.0 * grad_local;
+    int64_t max_unit = max_block_grad > root_grad ? max_block_grad : root_grad;  // the largest unsharded gradient
+    int64_t max_shard = max_unit / G;  // the largest gradient shard (the reduce buffer's size)
     p.communication = 4.0 * (max_shard ? max_shard : 1);
     int K = in->det_limbs;  // deterministic.c: digit accumulators, and the digits sent and received
-    if (K > 0) p.grads += 4.0 * K * local;
+    if (K > 0) p.grads += 4.0 * K * grad_local;
     // which groups use shared memory: those whose ranks all lie on one host (comm_shm_setup), for
     // rank 0: its shard group [0, G) and its replica group {0, G, 2G, ..} (HYBRID_SHARD), or the world
     int shm_world = in->shared_memory && p.hosts == 1;
@@ -115,8 +145,6 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // two halves of the largest message, 64-byte rounded; across nodes a bf16 reduction gathers
     // every rank's payload into one scratch (comm.c) instead. ge: bytes per gradient element.
     double ge = K > 0 ? 4.0 * K : in->reduce_bf16 ? 2.0 : 4.0;
-    int64_t max_unit = n_block_units ? block_padded : 0;
-    if (root_padded > max_unit) max_unit = root_padded;
     if (K > 0) p.communication += 4.0 * K * (double)((max_unit ? max_unit : 1) + (max_shard ? max_shard : 1));
     int R = replicated ? 1 : world / G;
     // a shard group spanning hosts with m > 1 of its ranks on each reduce-scatters and all-gathers
@@ -135,10 +163,10 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     if (!replicated && G > 1 && zero_copy && K > 0) {  // deterministic: every unit's digits through the window
         window += 2.0 * round_up((int64_t)(ge * max_unit), 64);
     } else if (!replicated && G > 1 && zero_copy) {  // reduce-scatters: block units' gradients are staged in shared memory, the root's are not
-        if (root_padded) window += 2.0 * round_up((int64_t)(ge * root_padded), 64);
+        if (root_grad) window += 2.0 * round_up((int64_t)(ge * root_grad), 64);
     } else if (!replicated && G > 1 && shm_shard) {  // every unit's reduce-scatter and all-gather goes through the window
         double pe = in->param_bf16 ? 2.0 : 4.0;
-        window += max2(2.0 * round_up((int64_t)(ge * max_unit), 64), 2.0 * round_up((int64_t)(pe * max_shard), 64));
+        window += max2(2.0 * round_up((int64_t)(ge * max_unit), 64), 2.0 * round_up((int64_t)(pe * (max_segment / G)), 64));
     } else if (!replicated && G > 1 && hier_m) {  // hierarchical reduce-scatters (comm_hier.c): the host's
         // window holds two halves of one host segment (m blocks), the kept partial sums (hosts, block), and the
         // group across hosts keeps its point-to-point scratch; the all-gathers need no buffer of their own
@@ -155,13 +183,15 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     p.communication += window + p2p_scratch;
 
     // gathered parameters and unsharded gradients at their peak (backward)
-    double unit_bytes = 4.0 * (double)(n_block_units ? block_padded : 0);
+    double unit_bytes = 4.0 * (double)max_block_padded;  // a gathered block unit (both segments)
     double root_bytes = 4.0 * (double)root_padded;
-    // two alternating gradient buffers: shared staging, or the deterministic mode's own
-    int staging = (!replicated && zero_copy && G > 1 && n_block_units > 0) || (K > 0 && n_block_units > 0);
-    double grads_unsharded = staging ? 2 * unit_bytes : unit_bytes;  // two shared buffers, or one private
+    double unit_grad_bytes = 4.0 * (double)max_block_grad, root_grad_bytes = 4.0 * (double)root_grad;
+    // two alternating gradient buffers: shared staging, or the deterministic mode's own (none when every
+    // block is frozen)
+    int staging = (!replicated && zero_copy && G > 1 && max_block_grad > 0) || (K > 0 && max_block_grad > 0);
+    double grads_unsharded = staging ? 2 * unit_grad_bytes : unit_grad_bytes;  // two shared buffers, or one private
     if (replicated) {  // parameters are the shards; one unit's gradients at a time, the root's throughout
-        p.unsharded = grads_unsharded + root_bytes;
+        p.unsharded = grads_unsharded + root_grad_bytes;
         // param_dtype bf16: a bf16 copy of every unit, kept from forward to backward
         if (in->param_bf16) p.unsharded += 0.5 * (n_block_units * unit_bytes + root_bytes);
     } else {
@@ -169,7 +199,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         double params_gathered = in->strategy == FSDP_SHARD_GRAD_OP ? n_block_units * unit_bytes
                                                                     : (prefetch ? 2 : 1) * unit_bytes;
         double param_scale = in->param_bf16 ? 0.5 : 1.0;  // gathered parameters in param_dtype
-        p.unsharded = param_scale * (root_bytes + params_gathered) + root_bytes + grads_unsharded;
+        p.unsharded = param_scale * (root_bytes + params_gathered) + root_grad_bytes + grads_unsharded;
     }
 
     // activations (fp32): each block's buffers (nn/transformer_block.c), the Sequential's backward
@@ -189,17 +219,19 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double frac = G > 1 ? (double)(G - 1) / G : 0.0;
     int gathers = in->strategy == FSDP_SHARD_GRAD_OP ? 1 : 2;
     double pe = in->param_bf16 ? 2.0 : 4.0;  // bytes per element on the wire
-    double block_n = (double)block_padded, root_n = (double)root_padded;
+    // all-gathers move both segments (padded elements), reductions the trainable one (grad_padded)
+    double gathered_n = (double)blocks_padded * gathers + (double)root_padded;
+    double reduced_n = (double)blocks_grad + (double)root_grad;
     double shard_bytes, replica_bytes = 0.0;
     double hier_inter = 0.0;  // hierarchical: the shard group's bytes to other hosts  // rank 0's bytes per step in its shard group (or the world), replica group
     if (replicated) {
         // every all-reduce sends 2 (n - 1) / n of the buffer: shared memory, MPI_Allreduce (fp32), and the
         // point-to-point reduce-scatter + all-gather that bf16 takes without shared memory (comm_p2p.c)
         double ar = world <= 1 ? 0.0 : 2.0 * (world - 1) / world;
-        shard_bytes = ar * ge * ((double)n_block_units * block_n + root_n) * in->grad_accum;
+        shard_bytes = ar * ge * reduced_n * in->grad_accum;
         G = world;  // the group the all-reduces run over
     } else {
-        double gathered = (double)n_block_units * block_n * gathers + root_n, reduced = (double)n_block_units * block_n + root_n;
+        double gathered = gathered_n, reduced = reduced_n;
         double ag = frac * pe * gathered, rs = frac * ge * reduced;
         if (hier_m) {  // per block: hosts blocks to each other local rank, one to each other host (comm_hier.c)
             double hosts_g = (double)(G / hier_m), blocks_g = (hier_m - 1) * hosts_g + hosts_g - 1;
@@ -208,7 +240,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
             ag = blocks_g / G * pe * gathered;
         }
         double rf = 2.0 * (R - 1) / R;  // as the all-reduce above
-        double replica = R > 1 ? rf * ge * ((double)n_block_units * block_n + root_n) / G : 0.0;
+        double replica = R > 1 ? rf * ge * reduced_n / G : 0.0;
         shard_bytes = (ag + rs) * in->grad_accum;
         replica_bytes = replica * in->grad_accum;
     }

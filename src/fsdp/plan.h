@@ -39,6 +39,16 @@ typedef struct {
     int det_limbs;        // --deterministic: fixed-point digits per gradient element (fsdp_det_format), 0 off:
                           // reductions of 4 x det_limbs bytes per element, a digit accumulator per shard, no
                           // gradient staging; grad_accum is then the chunks per rank
+    // Frozen parameters (--freeze; fsdp_config.freeze): each unit's flat parameter is then two segments,
+    // trainable then frozen, each padded to shard group x 16 and sharded on its own (wrap.c build_unit);
+    // gradients, reductions and optimizer state cover the trainable segment only. NULL block_train:
+    // every parameter trains (root_train and skip_dw are ignored).
+    const int64_t *block_train;  // (layers,) trainable elements of each block, or NULL
+    int64_t root_train;   // with block_train: trainable elements outside the blocks (GPT-2's wte, wpe, ln_f;
+                          // 0 for the encoder stack); blocks the wrap policy leaves unwrapped add theirs
+    int skip_dw;          // with block_train: weight-gradient GEMMs no layer runs (their weight frozen in every
+                          // block): bit i for the block's linear layer i (0 QKV in-projection, 1 attention
+                          // out-projection, 2 FFN in, 3 FFN out), bit 4 the tied LM head (GPT-2's wte.weight)
 } fsdp_plan_input;
 
 typedef struct {
@@ -57,6 +67,7 @@ typedef struct {
     int hosts;                        // world / ranks_per_host (rounded up)
     int units;
     int64_t numel;                    // model parameters
+    int64_t train_numel;              // of which trainable (numel without --freeze)
 } fsdp_plan;
 
 fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in);

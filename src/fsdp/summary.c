@@ -17,20 +17,29 @@ void fsdp_print_summary(const fsdp_state *s, FILE *f) {
             s->cfg.param_dtype == FSDP_BF16 ? cpu_gemm_bf16_name() : "");
     fprintf(f, "%-10s %7s %12s %9s %12s %14s\n", "unit", "params", "numel", "padding", "shard numel",
             "bytes/rank");
-    int64_t tot_numel = 0, tot_shard = 0;
+    int64_t tot_numel = 0, tot_train = 0, tot_shard = 0, tot_bytes = 0;
     for (int i = 0; i < s->n_units; i++) {
         const fsdp_unit *u = &s->units[i];
-        // per rank: fp32 shard + gradient shard + AdamW m and v = 16 bytes per shard element
+        // per rank: the fp32 shard (4 bytes per element), and for its trainable part a gradient shard and
+        // AdamW m and v (12 more): frozen parameters have neither
+        int64_t bytes = 4 * u->shard_numel + 12 * u->grad_shard;
         fprintf(f, "%-10s %7d %12lld %9lld %12lld %14lld\n", u->name, u->n_params, (long long)u->numel,
-                (long long)(u->padded - u->numel), (long long)u->shard_numel, (long long)(16 * u->shard_numel));
+                (long long)(u->padded - u->numel), (long long)u->shard_numel, (long long)bytes);
         for (int j = 0; j < u->n_params; j++) {
             char shape[64];
-            fprintf(f, "    %-44s %s\n", u->params[j]->name,
-                    fsdp_shape_str(u->params[j]->ndim, u->params[j]->shape, shape, sizeof shape));
+            fprintf(f, "    %-44s %s%s\n", u->params[j]->name,
+                    fsdp_shape_str(u->params[j]->ndim, u->params[j]->shape, shape, sizeof shape),
+                    u->params[j]->frozen ? " (frozen)" : "");
         }
         tot_numel += u->numel;
+        tot_train += u->train_numel;
         tot_shard += u->shard_numel;
+        tot_bytes += bytes;
     }
-    fprintf(f, "total: %lld parameters, %lld per rank (params + grads + AdamW state: %lld bytes per rank)\n",
-            (long long)tot_numel, (long long)tot_shard, (long long)(16 * tot_shard));
+    fprintf(f, "total: %lld parameters, %lld per rank (params + grads + AdamW state: %lld bytes per rank)",
+            (long long)tot_numel, (long long)tot_shard, (long long)tot_bytes);
+    if (tot_train < tot_numel)
+        fprintf(f, "; %lld trainable, %lld frozen (no gradient, no reduction, no optimizer state)",
+                (long long)tot_train, (long long)(tot_numel - tot_train));
+    fprintf(f, "\n");
 }

@@ -1,4 +1,5 @@
 // wrap.c: auto-wrap policies, units, flat-parameter layout and shard allocation.
+#include <fnmatch.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,24 +107,60 @@ static fsdp_status make_groups(fsdp_state *s) {
     return describe_groups(s);
 }
 
-// Lays out one unit over the given parameters and allocates this rank's shard.
+// cfg.freeze: marks the parameters each comma-separated glob matches as frozen; a glob that matches
+// none is an error naming it.
+static fsdp_status apply_freeze(nn_params *ps, const char *list) {
+    if (!list) return FSDP_OK;
+    for (const char *at = list; *at;) {
+        const char *end = strchr(at, ',');
+        size_t len = end ? (size_t)(end - at) : strlen(at);
+        char glob[NN_NAME_MAX + 64];
+        if (len == 0 || len >= sizeof glob)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "--freeze '%s': expected comma-separated globs on parameter names "
+                              "(e.g. 'h.0.*,wte.weight')", list);
+        memcpy(glob, at, len);
+        glob[len] = 0;
+        int hits = 0;
+        for (int i = 0; i < ps->count; i++)
+            if (fnmatch(glob, ps->items[i].name, 0) == 0) ps->items[i].frozen = 1, hits++;
+        if (!hits)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "--freeze '%s' matches no parameter (names are like '%s')", glob,
+                              ps->count ? ps->items[ps->count > 1 ? ps->count - 1 : 0].name : "");
+        at += len + (end != NULL);
+    }
+    return FSDP_OK;
+}
+
+// Lays out one unit over the given parameters (trainable ones first, then the frozen ones: two
+// segments, each padded and sharded on its own) and allocates this rank's shard.
 static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, int n) {
     u->n_params = n;
     u->params = malloc(sizeof(nn_param *) * (size_t)(n ? n : 1));
     u->offsets = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
     if (!u->params || !u->offsets) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    u->numel = 0;
-    for (int i = 0; i < n; i++) {
-        u->params[i] = params[i];
-        u->offsets[i] = u->numel;
-        u->numel += params[i]->numel;
-    }
     int G = s->replicated ? 1 : fsdp_comm_size(s->shard_comm);
     int64_t quantum = (int64_t)G * FSDP_PAD_ALIGN;
-    u->padded = (u->numel + quantum - 1) / quantum * quantum;
+    int k = 0;
+    u->numel = u->train_numel = 0;
+    for (int pass = 0; pass < 2; pass++) {  // 0: trainable, 1: frozen
+        int64_t seg = pass ? u->grad_padded : 0, at = 0;
+        for (int i = 0; i < n; i++) {
+            if (params[i]->frozen != pass) continue;
+            u->params[k] = params[i];
+            u->offsets[k++] = seg + at;
+            at += params[i]->numel;
+        }
+        int64_t padded = (at + quantum - 1) / quantum * quantum;
+        u->numel += at;
+        if (pass == 0) u->train_numel = at, u->grad_padded = padded;
+        else u->padded = u->grad_padded + padded;
+    }
     u->shard_numel = u->padded / G;
-    u->shard_begin = s->replicated ? 0 : (int64_t)fsdp_comm_rank(s->shard_comm) * u->shard_numel;
-    size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+    u->grad_shard = u->grad_padded / G;
+    u->shard_rank = s->replicated ? 0 : fsdp_comm_rank(s->shard_comm);
+    u->shard_begin = (int64_t)u->shard_rank * u->grad_shard;
+    u->frozen_begin = (int64_t)u->shard_rank * (u->shard_numel - u->grad_shard);
+    size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel, grad_bytes = sizeof(float) * (size_t)u->grad_shard;
     FSDP_CHECK(fsdp_event_create(s->dev, &u->gathered));
     for (int i = 0; i < n; i++) {  // bound only while unsharded
         params[i]->data = params[i]->grad = NULL;
@@ -133,10 +170,10 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
         int R = fsdp_comm_rank(s->world);
         u->storage = SHARD_OFFLOADED;  // unit_free unmaps (and untracks) these, also when a map failed
         u->shard = fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "params", u->index, shard_bytes);
-        u->shard_grad = u->shard ? fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "grads", u->index, shard_bytes) : NULL;
+        u->shard_grad = u->shard && grad_bytes ? fsdp_offload_map(s->dev, s->cfg.offload_dir, R, "grads", u->index, grad_bytes) : NULL;
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
-        fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, +1);
-        return u->shard && u->shard_grad ? FSDP_OK : FSDP_ERR_IO;
+        fsdp_mem_track(FSDP_MEM_GRADS, grad_bytes, +1);
+        return u->shard && (u->shard_grad || !grad_bytes) ? FSDP_OK : FSDP_ERR_IO;
     }
     // zero-copy all-gathers from shared memory: only where device memory is host memory
     int shared = !s->replicated && fsdp_dev_host_addressable(s->dev);
@@ -147,8 +184,8 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     } else {
         u->shard = fsdp_dev_alloc(s->dev, shard_bytes, FSDP_MEM_PARAMS);
     }
-    u->shard_grad = fsdp_dev_alloc(s->dev, shard_bytes, FSDP_MEM_GRADS);
-    if (!u->shard || !u->shard_grad) return FSDP_ERR_NOMEM;
+    u->shard_grad = grad_bytes ? fsdp_dev_alloc(s->dev, grad_bytes, FSDP_MEM_GRADS) : NULL;
+    if (!u->shard || (grad_bytes && !u->shard_grad)) return FSDP_ERR_NOMEM;
     if (u->storage == SHARD_SHARED && s->cfg.param_dtype == FSDP_BF16) {  // the bf16 send buffer, shared too
         size_t lp_bytes = sizeof(uint16_t) * (size_t)u->shard_numel;
         u->shard_lp = fsdp_comm_alloc_shared(s->shard_comm, lp_bytes);
@@ -163,13 +200,13 @@ static void unit_free(fsdp_state *s, fsdp_unit *u) {
     fsdp_reshard(s, u);
     if (u->full_grad && !u->grad_staged) fsdp_dev_free(s->dev, u->full_grad);
     u->full_grad = NULL;
-    size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel;
+    size_t shard_bytes = sizeof(float) * (size_t)u->shard_numel, grad_bytes = sizeof(float) * (size_t)u->grad_shard;
     switch (u->storage) {
     case SHARD_OFFLOADED:
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
-        fsdp_mem_track(FSDP_MEM_GRADS, shard_bytes, -1);
+        fsdp_mem_track(FSDP_MEM_GRADS, grad_bytes, -1);
         fsdp_offload_unmap(s->dev, u->shard, shard_bytes);
-        fsdp_offload_unmap(s->dev, u->shard_grad, shard_bytes);
+        fsdp_offload_unmap(s->dev, u->shard_grad, grad_bytes);
         break;
     case SHARD_SHARED:
         if (u->shard_lp) {
@@ -211,6 +248,7 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
     s->norm_acc = fsdp_dev_alloc(s->dev, sizeof(double), FSDP_MEM_OTHER);
     if (!s->norm_acc) return FSDP_ERR_NOMEM;
     s->replicated = cfg.strategy == FSDP_NO_SHARD || cfg.strategy == FSDP_DDP;
+    FSDP_CHECK(apply_freeze(model.params, cfg.freeze));
     FSDP_CHECK(make_groups(s));
     int nb = model.blocks->count, np = model.params->count;
     s->block_unit = malloc(sizeof(int) * (size_t)(nb ? nb : 1));
@@ -259,16 +297,19 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
     free(owner);
     if (st != FSDP_OK) return st;
     int64_t max_shard = 0, off = 0;
-    for (int i = 0; i < s->n_units; i++) {
+    for (int i = 0; i < s->n_units; i++) {  // the optimizer holds the trainable segments' shards only
         s->units[i].opt_offset = off;
-        off += s->units[i].shard_numel;
-        if (s->units[i].shard_numel > max_shard) max_shard = s->units[i].shard_numel;
+        off += s->units[i].grad_shard;
+        if (s->units[i].grad_shard > max_shard) max_shard = s->units[i].grad_shard;
     }
     s->reduce_buf = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)(max_shard ? max_shard : 1), FSDP_MEM_COMM);
     if (!s->reduce_buf) return FSDP_ERR_NOMEM;
-    int64_t max_block = 0;
+    int64_t max_block = 0, max_block_grad = 0;
     for (int i = 0; i < s->n_units; i++)
-        if (s->units[i].block >= 0 && s->units[i].padded > max_block) max_block = s->units[i].padded;
+        if (s->units[i].block >= 0) {
+            if (s->units[i].padded > max_block) max_block = s->units[i].padded;
+            if (s->units[i].grad_padded > max_block_grad) max_block_grad = s->units[i].grad_padded;
+        }
     // unshard buffers, preallocated: the peak is the same every step. Replicated strategies need them
     // only under param_dtype bf16 (a bf16-rounded copy of every unit from forward to backward).
     if (!s->replicated || cfg.param_dtype == FSDP_BF16) {
@@ -289,13 +330,13 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
             if (!s->root_pool) return FSDP_ERR_NOMEM;
         }
     }
-    if (!s->replicated && max_block > 0 && fsdp_dev_host_addressable(s->dev) && !cfg.deterministic) {
+    if (!s->replicated && max_block_grad > 0 && fsdp_dev_host_addressable(s->dev) && !cfg.deterministic) {
         // two alternating shared buffers for block units' gradients (zero-copy reduce-scatter)
-        size_t bytes = sizeof(float) * (size_t)max_block;
+        size_t bytes = sizeof(float) * (size_t)max_block_grad;
         s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);
         s->staging[1] = s->staging[0] ? fsdp_comm_alloc_shared(s->shard_comm, bytes) : NULL;
         if (s->staging[1]) {
-            s->staging_numel = max_block;
+            s->staging_numel = max_block_grad;
             fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * bytes, +1);
         } else if (s->staging[0]) {
             fsdp_comm_free_shared(s->shard_comm, s->staging[0]);
@@ -382,6 +423,12 @@ double fsdp_exposed_comm_seconds(const fsdp_state *s) {
     if (s->shard_comm != s->world) t += fsdp_comm_get_stats(s->shard_comm).seconds;
     if (s->replica_comm) t += fsdp_comm_get_stats(s->replica_comm).seconds;
     return t;
+}
+
+int64_t fsdp_local_grad_numel(const fsdp_state *s) {
+    int64_t n = 0;
+    for (int i = 0; i < s->n_units; i++) n += s->units[i].grad_shard;
+    return n;
 }
 
 int64_t fsdp_local_numel(const fsdp_state *s) {

@@ -59,7 +59,7 @@ typedef struct fsdp_kernels {
     // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,)
     void (*layernorm_forward)(fsdp_stream *st, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
-    // dinp: (N, C) overwritten; dweight, dbias: (C,) accumulated
+    // dinp: (N, C) overwritten; dweight, dbias: (C,) accumulated, each may be NULL (a frozen parameter)
     void (*layernorm_backward)(fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout,
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);

@@ -33,12 +33,12 @@ void nn_mha_init_gpt2(nn_mha *m, nn_params *ps, const char *prefix, int C, int H
     m->dropout = dropout;
 }
 
-void nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
-                    float *qkv, float *att, float *ctx_out, const float *inp) {
+fsdp_status nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
+                           float *qkv, float *att, float *ctx_out, const float *inp) {
     int N = dims->B * dims->T;
-    nn_linear_forward(ctx, &m->in_proj, qkv, inp, N);
+    FSDP_CHECK(nn_linear_forward(ctx, &m->in_proj, qkv, inp, N));
     ctx->k->attention_forward(ctx->stream, ctx_out, att, qkv, dims);
-    nn_linear_forward(ctx, &m->out_proj, out, ctx_out, N);
+    return nn_linear_forward(ctx, &m->out_proj, out, ctx_out, N);
 }
 
 void nn_mha_backward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *dinp,

@@ -22,8 +22,8 @@ void nn_mha_init_gpt2(nn_mha *m, nn_params *ps, const char *prefix, int C, int H
 
 // Buffers (N = B*T rows, in the row order given by dims): inp, out: (N, C); qkv: (N, 3C);
 // att: (B, H, T, T); ctx_out: (N, C)
-void nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
-                    float *qkv, float *att, float *ctx_out, const float *inp);
+fsdp_status nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
+                           float *qkv, float *att, float *ctx_out, const float *inp);
 // dinp (N, C): overwritten, or accumulated when accumulate_dinp. scratch_c: (N, C); scratch_3c: (N, 3C)
 void nn_mha_backward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *dinp,
                      int accumulate_dinp, const float *dout, const float *inp, const float *qkv,

@@ -18,5 +18,5 @@ void nn_embedding_forward(const nn_ctx *ctx, const nn_embedding *e, float *out, 
 
 void nn_embedding_backward(const nn_ctx *ctx, const nn_embedding *e, const float *dout,
                            const int32_t *idx, int N) {
-    ctx->k->embedding_backward(ctx->stream, e->weight->grad, dout, idx, N, e->C);
+    if (e->weight->grad) ctx->k->embedding_backward(ctx->stream, e->weight->grad, dout, idx, N, e->C);  // not when frozen
 }

@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum { GPT2_SITE_EMBD = 1 };
@@ -13,7 +14,7 @@ fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg) {
         return fsdp_error(FSDP_ERR_INVALID_ARG, "d_model %d is not divisible by heads %d", cfg.n_embd, cfg.n_head);
     m->cfg = cfg;
     int C = cfg.n_embd;
-    FSDP_CHECK(nn_params_create(&m->params, 12 * cfg.n_layer + 4));
+    FSDP_CHECK(nn_params_create(&m->params, 20 * cfg.n_layer + 4));  // 12 per block, 8 more for adapters
     nn_embedding_init(&m->wte, &m->params, "wte.weight", cfg.vocab_size, C, 0.02f);
     nn_embedding_init(&m->wpe, &m->params, "wpe.weight", cfg.max_seq, C, 0.01f);
     FSDP_CHECK(nn_sequential_create(&m->blocks, cfg.n_layer));
@@ -51,7 +52,61 @@ static void free_activations(nn_gpt2 *m) {
     m->capacity_rows = 0;
 }
 
+static const struct {
+    unsigned bit;
+    const char *name;  // the layer's name within the block
+} lora_sites[] = {{GPT2_LORA_C_ATTN, "attn.c_attn"}, {GPT2_LORA_ATTN_C_PROJ, "attn.c_proj"},
+                  {GPT2_LORA_C_FC, "mlp.c_fc"}, {GPT2_LORA_MLP_C_PROJ, "mlp.c_proj"}};
+
+fsdp_status nn_gpt2_lora_targets(const char *list, unsigned *mask) {
+    *mask = 0;
+    for (const char *at = list; at && *at;) {
+        size_t len = strcspn(at, ",");
+        unsigned bit = 0;
+        for (size_t i = 0; i < sizeof lora_sites / sizeof lora_sites[0]; i++) {
+            const char *full = lora_sites[i].name, *dot = strchr(full, '.');
+            if ((strlen(full) == len && strncmp(full, at, len) == 0) ||
+                (strlen(dot + 1) == len && strncmp(dot + 1, at, len) == 0))  // "c_proj": both
+                bit |= lora_sites[i].bit;
+        }
+        if (!bit)
+            return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-targets: '%.*s' is not a projection of a GPT-2 block "
+                              "(expected c_attn, c_proj, c_fc, attn.c_proj or mlp.c_proj)", (int)len, at);
+        *mask |= bit;
+        at += len + (at[len] == ',');
+    }
+    if (!*mask) return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-targets: expected at least one projection");
+    return FSDP_OK;
+}
+
+fsdp_status nn_gpt2_add_lora(nn_gpt2 *m, unsigned targets, int r, float alpha, float dropout) {
+    if (m->lora) return fsdp_error(FSDP_ERR_INVALID_ARG, "the model already has adapters");
+    if (r < 1) return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-rank: expected a rank of at least 1, got %d", r);
+    int per = 0;
+    for (size_t i = 0; i < sizeof lora_sites / sizeof lora_sites[0]; i++) per += (targets & lora_sites[i].bit) != 0;
+    if (!per) return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-targets: expected at least one projection");
+    m->lora = calloc((size_t)(per * m->cfg.n_layer), sizeof(nn_lora));
+    if (!m->lora) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for the adapters");
+    for (int b = 0; b < m->cfg.n_layer; b++) {
+        nn_block *blk = &m->blocks.blocks[b];
+        nn_linear *layers[4] = {&blk->attn.in_proj, &blk->attn.out_proj, &blk->fc1, &blk->fc2};
+        for (int i = 0; i < 4; i++) {
+            if (!(targets & lora_sites[i].bit)) continue;
+            char prefix[64];
+            snprintf(prefix, sizeof prefix, "h.%d.%s.", b, lora_sites[i].name);
+            nn_lora *a = &m->lora[m->n_lora++];
+            nn_lora_init(a, &m->params, prefix, layers[i]->in, layers[i]->out, r, alpha, dropout, b, 16 + i);
+            layers[i]->lora = a;
+        }
+    }
+    return FSDP_OK;
+}
+
 void nn_gpt2_free(nn_gpt2 *m) {
+    for (int i = 0; i < m->n_lora; i++) nn_lora_free(&m->lora[i]);
+    free(m->lora);
+    m->lora = NULL;
+    m->n_lora = 0;
     free_activations(m);
     nn_sequential_free(&m->blocks);
     nn_params_destroy(&m->params);
@@ -131,14 +186,15 @@ fsdp_status nn_gpt2_backward(const nn_ctx *ctx, nn_gpt2 *m, float dloss) {
     float *dlogits = m->logits;  // (N, V): logits are not needed any more
     k->cross_entropy_backward(st, dlogits, m->probs, m->targets, dloss / (float)N, N, V);
     nn_gemm_param(ctx, 0, 0, N, C, V, dlogits, V, m->wte.weight, C, 0.0f, m->dx, C);  // d lnf_out
-    k->gemm(st, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
+    if (m->wte.weight->grad)  // not when frozen
+        k->gemm(st, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
     const float *x_last = m->blocks.count ? m->blocks.blocks[m->blocks.count - 1].out : m->emb;
     nn_layernorm_backward(ctx, &m->ln_f, m->demb, m->dx, x_last, m->lnf_mean, m->lnf_rstd, N);
     FSDP_CHECK(nn_sequential_backward(ctx, &m->blocks, m->demb, m->emb, m->dx));  // dx = d emb
     k->dropout_backward(st, m->dx, m->dx, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
                         nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
     nn_embedding_backward(ctx, &m->wte, m->dx, m->idx, N);
-    for (int b = 0; b < B; b++)
+    for (int b = 0; m->wpe.weight->grad && b < B; b++)
         k->add_inplace(st, m->wpe.weight->grad, m->dx + (size_t)b * T * C, (size_t)T * C);
     return FSDP_OK;
 }

@@ -3,7 +3,16 @@
 // (Conv1D weights stored (in, out)), ln_f.*; the LM head is tied to wte.
 #pragma once
 #include "nn/embedding.h"
+#include "nn/lora.h"
 #include "nn/sequential.h"
+
+// LoRA targets: the block's projections (PEFT's target_modules for GPT-2; "c_proj" names both)
+enum {
+    GPT2_LORA_C_ATTN = 1,       // attn.c_attn
+    GPT2_LORA_ATTN_C_PROJ = 2,  // attn.c_proj
+    GPT2_LORA_C_FC = 4,         // mlp.c_fc
+    GPT2_LORA_MLP_C_PROJ = 8,   // mlp.c_proj
+};
 
 typedef struct {
     int vocab_size;   // V
@@ -19,6 +28,8 @@ typedef struct {
     nn_embedding wte, wpe;
     nn_sequential blocks;
     nn_layernorm ln_f;
+    nn_lora *lora;           // (n_lora,) adapters attached by nn_gpt2_add_lora, or NULL
+    int n_lora;
     // activations of the last forward (N = B*T), device memory of `dev`
     int B, T;
     size_t capacity_rows;
@@ -36,6 +47,12 @@ typedef struct {
 } nn_gpt2;
 
 fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg);
+// The target mask of a comma-separated list of target names (c_attn, c_proj, c_fc, attn.c_proj,
+// mlp.c_proj); FSDP_ERR_INVALID_ARG naming the first name that is not a projection.
+fsdp_status nn_gpt2_lora_targets(const char *list, unsigned *mask);
+// Attaches a rank-r adapter (lora.h) to every targeted projection of every block, registering
+// h.<i>.<target>.lora_A.weight / lora_B.weight (block order, then target order). Once, before fsdp_wrap.
+fsdp_status nn_gpt2_add_lora(nn_gpt2 *m, unsigned targets, int r, float alpha, float dropout);
 void nn_gpt2_free(nn_gpt2 *m);
 // idx, targets: (B, T) token ids in [0, V), host memory (validated here, then copied to m->idx and
 // m->targets on ctx->stream); the mean cross-entropy goes to the device double m->loss

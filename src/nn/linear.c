@@ -22,7 +22,7 @@ void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, in
     else k->gemm(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data, ldb, beta, C, ldc);
 }
 
-void nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
+fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
     // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm. A bias bound in
     // bf16 is widened into its device scratch first (nn_param_f32).
     const float *bias = nn_param_f32(ctx, l->bias);
@@ -30,6 +30,7 @@ void nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const 
     ctx->k->fill_rows(ctx->stream, out, bias, N, l->out);
     if (l->conv1d) nn_gemm_param(ctx, 0, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, 1.0f, out, l->out);
     else nn_gemm_param(ctx, 0, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, 1.0f, out, l->out);
+    return l->lora ? nn_lora_forward(ctx, l->lora, out, inp, N) : FSDP_OK;
 }
 
 void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
@@ -41,9 +42,11 @@ void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int 
         if (l->conv1d) nn_gemm_param(ctx, 0, 1, N, l->in, l->out, dout, l->out, l->weight, l->out, beta, dinp, l->in);
         else nn_gemm_param(ctx, 0, 0, N, l->in, l->out, dout, l->out, l->weight, l->in, beta, dinp, l->in);
     }
-    if (l->conv1d)  // dW (in, out) += inp^T dout
+    // a frozen weight or bias (requires_grad=False) has no gradient view: its product is skipped
+    if (l->weight->grad && l->conv1d)  // dW (in, out) += inp^T dout
         k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp, l->in, dout, l->out, 1.0f, l->weight->grad, l->out);
-    else            // dW (out, in) += dout^T inp
+    else if (l->weight->grad)          // dW (out, in) += dout^T inp
         k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp, l->in, 1.0f, l->weight->grad, l->in);
-    k->bias_backward(st, l->bias->grad, dout, N, l->out);
+    if (l->bias->grad) k->bias_backward(st, l->bias->grad, dout, N, l->out);
+    if (l->lora) nn_lora_backward(ctx, l->lora, dinp, dout, inp, N);
 }

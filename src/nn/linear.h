@@ -1,5 +1,6 @@
 // linear.h: torch.nn.Linear (weight (out, in)) and Hugging Face's Conv1D (weight (in, out)).
 #pragma once
+#include "nn/lora.h"
 #include "nn/nn_ctx.h"
 #include "nn/param.h"
 
@@ -8,6 +9,7 @@ typedef struct {
     nn_param *bias;    // (out,)
     int in, out;
     int conv1d;        // Hugging Face GPT-2 layout
+    nn_lora *lora;     // a low-rank adapter added to the output, or NULL (owned by whoever attached it)
 } nn_linear;
 
 // Registers "<prefix>weight" and "<prefix>bias" (or the given names). Init as torch.nn.Linear
@@ -18,8 +20,8 @@ void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char 
 // gemm (P bound in fp32) or gemm_b16 (P bound in bf16 by mixed precision). Buffers: device memory.
 void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
                    const nn_param *P, int ldb, float beta, float *C, int ldc);
-// out: (N, out) = inp (N, in) @ W^T + b
-void nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
+// out: (N, out) = inp (N, in) @ W^T + b (+ the adapter's term)
+fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
 // dW, db += ...; dinp (N, in) = dout @ W (+= when accumulate_dinp); dinp may be NULL
 void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
                         const float *dout, const float *inp, int N);

@@ -24,8 +24,10 @@ typedef struct {
     int64_t shape[4];
     int64_t numel;
     nn_init init;
+    int frozen;   // requires_grad=False: no gradient (grad stays NULL), no optimizer state; set before fsdp_wrap
+    int adapter;  // a LoRA adapter's (nn/lora.h): optional in a base-weights file (fsdp_load_params)
     float *data;  // (numel,) bound view, not owned
-    float *grad;  // (numel,) bound view, not owned
+    float *grad;  // (numel,) bound view, not owned; NULL for a frozen parameter (modules skip its gradient)
     const fsdp_bf16 *data_b16;  // (numel,) bf16 view bound instead of `data` (mixed precision), or NULL
     float *widened;             // (numel,) device: data_b16 widened by nn_param_f32, or NULL (owned)
     fsdp_dev *widened_dev;      // the device `widened` was allocated from

@@ -154,18 +154,19 @@ static void activation_backward(const nn_ctx *ctx, nn_activation a, float *dinp,
 }
 
 // fc1 -> activation -> (dropout) -> fc2 -> dropout; inp (N, C) -> blk->f2 (N, C)
-static void ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int N) {
+static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int N) {
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
-    nn_linear_forward(ctx, &blk->fc1, blk->f1, inp, N);
+    FSDP_CHECK(nn_linear_forward(ctx, &blk->fc1, blk->f1, inp, N));
     activation_forward(ctx, blk->cfg.activation, blk->act, blk->f1, NF);
     if (blk->cfg.ffn_dropout)
         k->dropout_forward(st, blk->act, blk->act, NF, site_p(ctx, blk->cfg.dropout),
                            nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    nn_linear_forward(ctx, &blk->fc2, blk->f2, blk->act, N);
+    FSDP_CHECK(nn_linear_forward(ctx, &blk->fc2, blk->f2, blk->act, N));
     k->dropout_forward(st, blk->f2, blk->f2, NC, site_p(ctx, blk->cfg.dropout),
                        nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
+    return FSDP_OK;
 }
 
 // d_ffn_out (N, C) -> dinp (N, C) accumulated into; sf: (N, F) scratch; sc: (N, C) scratch
@@ -196,17 +197,17 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
         nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp, N);
         attn_in = blk->ln1_out;
     }
-    nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, attn_in);
+    FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, attn_in));
     k->dropout_forward(st, blk->attn_out, blk->attn_out, NC, site_p(ctx, blk->cfg.dropout),
                        nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT));
     k->add(st, blk->r1, inp, blk->attn_out, NC);
     if (blk->cfg.norm_first) {
         nn_layernorm_forward(ctx, &blk->norm2, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, blk->r1, N);
-        ffn_forward(ctx, blk, blk->ln2_out, N);
+        FSDP_CHECK(ffn_forward(ctx, blk, blk->ln2_out, N));
         k->add(st, blk->out, blk->r1, blk->f2, NC);
     } else {
         nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, blk->r1, N);
-        ffn_forward(ctx, blk, blk->ln1_out, N);
+        FSDP_CHECK(ffn_forward(ctx, blk, blk->ln1_out, N));
         k->add(st, blk->r2, blk->ln1_out, blk->f2, NC);
         nn_layernorm_forward(ctx, &blk->norm2, blk->out, blk->ln2_mean, blk->ln2_rstd, blk->r2, N);
     }

@@ -1,7 +1,8 @@
 """fsdp-plan's prediction (`fsdp-plan train` with the run's own flags) against measured runs of fsdp-train: per-rank peak memory by category, the
 total, and the bytes sent per step, within 10%, across world sizes, strategies, wrap policies,
-prefetch settings, gradient accumulation, activation checkpointing, bf16 mixed precision and
---deterministic.
+prefetch settings, gradient accumulation, activation checkpointing, bf16 mixed precision,
+--deterministic and frozen parameters (--freeze: each unit's trainable and frozen segments padded and
+sharded on their own; gradients, reductions and optimizer state for the trainable one only).
 Then the accounting against the OS on the GPT benchmark model (6 layers, d_model 512, seq 256) at 1, 2
 and 4 ranks: the accounted peak within 10% of the rank's data PSS (anonymous + proportional shared
 memory, which is what the rank holds; peak RSS also counts the peers' shared pages it maps and library
@@ -10,6 +11,7 @@ code, so it is printed but not the yardstick). And both on a model with GPT-2's 
 unit's gradient through the shared-memory collectives' window, the bf16 GEMM's packed operands (K =
 vocabulary) and the heap's reuse of the root gradient's block each step, which the accounting once
 missed by 18% at 124M shapes. A missing number (an unprinted key) fails: close() rejects None."""
+import fnmatch
 import os
 import re
 import sys
@@ -39,14 +41,59 @@ CASES = [  # world, extra flags
 ]
 
 
+# --freeze cases (world, extra flags): non-uniform blocks (one block frozen), parameters frozen across
+# units (every unit then has two segments), every block frozen (no block gradients, no staging), and
+# the strategies, bf16 (all blocks' weight-gradient GEMMs skipped: less bf16 packing workspace), a
+# repeated --freeze, the guard device (all-gathers of each segment through the window), no wrapping
+FREEZE_CASES = [
+    (2, ["--freeze", "h.0.*"]), (2, ["--freeze", "*.bias,h.1.ln_*,wte.weight"]), (2, ["--freeze", "h.*"]),
+    (2, ["--freeze", "h.0.*", "--freeze", "wte.weight", "--strategy", "no_shard"]),
+    (4, ["--freeze", "h.1.*,wpe.weight", "--strategy", "hybrid_shard", "--shard-group-size", "2"]),
+    (2, ["--freeze", "h.*", "--mixed-precision", "bf16"]),
+    (2, ["--freeze", "*.bias,wte.weight", "--strategy", "shard_grad_op", "--mixed-precision", "bf16"]),
+    (2, ["--freeze", "h.0.*,wpe.weight", "--device", "guard"]),
+    (3, ["--freeze", "h.2.*,ln_f.*", "--wrap", "none"]),
+]
+
+
 def numbers(text, prefix):
     line = next((x for x in text.splitlines() if x.startswith(prefix)), "")
     return {k: float(v) for k, v in re.findall(r"([a-z_]+) ([0-9.]+)", line)}
 
 
+def gpt2_units(layers, C, V, max_seq):
+    """GPT-2's parameters (name, numel) by FSDP unit (transformer wrap): the blocks h.N, then the root."""
+    block = [("ln_1.weight", C), ("ln_1.bias", C), ("attn.c_attn.weight", C * 3 * C), ("attn.c_attn.bias", 3 * C),
+             ("attn.c_proj.weight", C * C), ("attn.c_proj.bias", C), ("ln_2.weight", C), ("ln_2.bias", C),
+             ("mlp.c_fc.weight", C * 4 * C), ("mlp.c_fc.bias", 4 * C), ("mlp.c_proj.weight", 4 * C * C),
+             ("mlp.c_proj.bias", C)]
+    units = [[(f"h.{i}.{n}", k) for n, k in block] for i in range(layers)]
+    return units + [[("wte.weight", V * C), ("wpe.weight", max_seq * C), ("ln_f.weight", C), ("ln_f.bias", C)]]
+
+
+def trainable_shard(units, globs, group):
+    """Elements of a rank's gradient shard: each unit's trainable segment padded to group x 16, / group."""
+    q = group * 16
+    total = 0
+    for unit in units:
+        train = sum(k for name, k in unit if not any(fnmatch.fnmatchcase(name, g) for g in globs))
+        total += (train + q - 1) // q * q // group
+    return total
+
+
+def measure_and_plan(args, world, flags):
+    """fsdp-train's measured numbers (rank 0) and fsdp-plan's prediction for the same flags."""
+    r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + flags)
+    measured = numbers(r.stdout, "memory rank 0:")
+    measured["total"] = measured.pop("total_peak", None)
+    p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + flags)
+    return measured, numbers(p.stdout, "prediction:")
+
+
 def main():
     args = parse_args()
     chk = Checker("fsdp-plan")
+    runs = {}  # (world, flags) -> (measured, predicted)
     for world, extra in CASES:
         label = f"{world} rank(s) {' '.join(extra) or 'full_shard'}"
         r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + MODEL +
@@ -56,13 +103,54 @@ def main():
         p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", str(world)] + MODEL +
                  ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)  # the run's flags
         predicted = numbers(p.stdout, "prediction:")
+        runs[(world, tuple(extra))] = (measured, predicted)
         for k in KEYS:
             chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
+    # --freeze: the trainable segments' shards carry the gradients and AdamW moments, the all-gathers
+    # still move both segments, the reductions the trainable one only
+    for world, extra in FREEZE_CASES:
+        label = f"{world} rank(s) {' '.join(extra)}"
+        measured, predicted = measure_and_plan(
+            args, world, MODEL + ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)
+        runs[(world, tuple(extra))] = (measured, predicted)
+        for k in KEYS:
+            chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
+    # exactly: 4 and 8 bytes per trainable shard element (the model: 3 layers, d_model 64, vocab 256, seq 32)
+    globs = ["*.bias", "h.1.ln_*", "wte.weight"]
+    measured, predicted = runs[(2, ("--freeze", ",".join(globs)))]
+    n = trainable_shard(gpt2_units(3, 64, 256, 32), globs, 2)
+    everything = trainable_shard(gpt2_units(3, 64, 256, 32), [], 2)
+    print(f"--freeze {','.join(globs)}, 2 ranks: {n} trainable shard elements per rank (of {everything})")
+    chk.true("--freeze: fewer trainable shard elements than the model's", 0 < n < everything, f"{n} vs {everything}")
+    for k, per in (("gradients", 4), ("optimizer", 8)):
+        chk.close(f"--freeze {','.join(globs)}: predicted {k} = {per} x trainable shard elements",
+                  [predicted.get(k)], [float(per * n)], 0, 0)
+        chk.close(f"--freeze {','.join(globs)}: measured {k} = {per} x trainable shard elements",
+                  [measured.get(k)], [float(per * n)], 0, 0)
+    unfrozen_measured, unfrozen_predicted = runs[(2, ())]
+    for which, frozen, unfrozen in (("measured", measured, unfrozen_measured),
+                                    ("predicted", predicted, unfrozen_predicted)):
+        chk.true(f"--freeze: {which} bytes_sent_per_step below the unfrozen run's",
+                 frozen["bytes_sent_per_step"] < unfrozen["bytes_sent_per_step"],
+                 f"{frozen['bytes_sent_per_step']} vs {unfrozen['bytes_sent_per_step']}")
+    measured, predicted = runs[(2, ("--freeze", "h.*"))]  # every block frozen: only the root's gradients
+    n = trainable_shard(gpt2_units(3, 64, 256, 32), ["h.*"], 2)
+    for which, nums in (("predicted", predicted), ("measured", measured)):
+        chk.close(f"--freeze h.*: {which} gradients = 4 x the root's gradient shard", [nums.get("gradients")],
+                  [float(4 * n)], 0, 0)
+    # a glob that matches no parameter: a one-line error naming it, exit 2, as fsdp-train's
+    p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", "2"] + MODEL +
+             ["--freeze", "h.0.*,h.9.*"], expect_ok=False)
+    chk.true("fsdp-plan --freeze 'h.9.*' (no such parameter): exit 2 and one line naming the glob",
+             p.returncode == 2 and "'h.9.*'" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+             f"exit {p.returncode}, stderr {p.stderr!r}")
     # --deterministic: fixed-point digits on the wire (4 bytes x limbs per element), a digit accumulator per
     # gradient shard, no gradient staging; --grad-accum is the chunks per rank
+    # (and with --freeze: the digits, accumulators and gradient buffers of the trainable segments only)
     for world, extra in ((1, []), (2, []), (4, []), (2, ["--strategy", "ddp"]), (3, ["--wrap", "none"]),
                          (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2"]),
-                         (2, ["--mixed-precision", "bf16"]), (2, ["--strategy", "shard_grad_op", "--det-chunks", "4"])):
+                         (2, ["--mixed-precision", "bf16"]), (2, ["--strategy", "shard_grad_op", "--det-chunks", "4"]),
+                         (2, ["--freeze", "h.0.*"]), (2, ["--freeze", "h.*", "--strategy", "ddp"])):
         label = f"--deterministic, {world} rank(s) {' '.join(extra) or 'full_shard'}"
         flags = MODEL + ["--global-batch", "12", "--deterministic", "--steps", "2", "--threads", "1", "--summary"] + extra
         r = mpirun(world, [os.path.join(args.bin, "fsdp-train")] + flags)

@@ -97,9 +97,9 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
                     sb[c - c0] += db[c];
                 }
             }
-            for (int c = c0; c < c1; c++) {
-                dweight[c] += sw[c - c0];
-                dbias[c] += sb[c - c0];
+            for (int c = c0; c < c1; c++) {  // a frozen weight or bias has no gradient (NULL)
+                if (dweight) dweight[c] += sw[c - c0];
+                if (dbias) dbias[c] += sb[c - c0];
             }
         }
     }

@@ -1,0 +1,109 @@
+// train_lora.c: fsdp-train's LoRA flags (train_lora.h).
+#include "cli/train_lora.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/train_ckpt.h"
+
+int train_lora_attach(const char *prog, const train_lora_options *o, int given_alpha, int given_dropout,
+                      int given_targets, const char *save_path, nn_gpt2 *m, int rank) {
+    const char *needs_rank = o->rank > 0        ? NULL
+                             : given_alpha      ? "--lora-alpha"
+                             : given_dropout    ? "--lora-dropout"
+                             : given_targets    ? "--lora-targets"
+                             : o->init          ? "--lora-init"
+                             : o->merge_on_save ? "--lora-merge-on-save"
+                                                : NULL;
+    if (needs_rank) {
+        if (rank == 0) fprintf(stderr, "%s: %s needs --lora-rank (without it there are no adapters)\n", prog, needs_rank);
+        return 2;
+    }
+    if (o->merge_on_save && !save_path) {
+        if (rank == 0) fprintf(stderr, "%s: --lora-merge-on-save needs --save (it says what --save writes)\n", prog);
+        return 2;
+    }
+    if (o->rank == 0) return 0;
+    unsigned targets = 0;
+    fsdp_status st = nn_gpt2_lora_targets(o->targets, &targets);
+    if (st == FSDP_OK) st = nn_gpt2_add_lora(m, targets, o->rank, o->alpha, o->dropout);
+    if (st != FSDP_OK) {
+        if (rank == 0) fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
+        return 2;
+    }
+    for (int i = 0; i < m->params.count; i++)  // PEFT: the base model is frozen, only adapters train
+        if (!m->params.items[i].adapter) m->params.items[i].frozen = 1;
+    return 0;
+}
+
+fsdp_status train_lora_load(const train_lora_options *o, fsdp_state *fs) {
+    if (!o->rank || !o->init) return FSDP_OK;
+    fsdp_status st = fsdp_load_adapters(fs, o->init, TRAIN_LORA_PREFIX);
+    return st == FSDP_OK ? st : fsdp_error(st, "--lora-init: %s", fsdp_last_error());
+}
+
+// PEFT's adapter_config.json beside an adapter_model.safetensors (rank 0), through a temporary file.
+static fsdp_status write_adapter_config(const train_lora_options *o, const char *path) {
+    const char *slash = strrchr(path, '/');
+    char dir[4096], file[4200], tmp[4300];
+    snprintf(dir, sizeof dir, "%.*s", slash ? (int)(slash - path) : 1, slash ? path : ".");
+    snprintf(file, sizeof file, "%s/adapter_config.json", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", file, (int)getpid());
+    FILE *f = fopen(tmp, "w");
+    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
+    unsigned mask = 0;
+    nn_gpt2_lora_targets(o->targets, &mask);
+    static const char *const names[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
+    fprintf(f, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": \"gpt2\",\n"
+               "  \"r\": %d,\n  \"lora_alpha\": %.9g,\n  \"lora_dropout\": %.9g,\n  \"bias\": \"none\",\n"
+               "  \"fan_in_fan_out\": true,\n  \"init_lora_weights\": true,\n  \"inference_mode\": true,\n"
+               "  \"target_modules\": [", o->rank, (double)o->alpha, (double)o->dropout);
+    for (int i = 0, n = 0; i < 4; i++)
+        if (mask & (1u << i)) fprintf(f, "%s\"%s\"", n++ ? ", " : "", names[i]);
+    fprintf(f, "]\n}\n");
+    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
+    fclose(f);
+    if (bad || rename(tmp, file) != 0) {
+        unlink(tmp);
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot write", file);
+    }
+    return FSDP_OK;
+}
+
+fsdp_status train_lora_save(const char *prog, const train_lora_options *o, fsdp_state *fs, const nn_gpt2 *m,
+                            const char *path, int rank) {
+    if (!o->merge_on_save) {
+        FSDP_CHECK(fsdp_save_params(fs, path, FSDP_PARAMS_ADAPTERS, TRAIN_LORA_PREFIX));
+        const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+        if (rank == 0 && strcmp(base, "adapter_model.safetensors") == 0) FSDP_CHECK(write_adapter_config(o, path));
+        if (rank == 0)
+            printf("%s: saved %d LoRA adapters (rank %d, PEFT's adapter_model layout) to %s\n", prog, m->n_lora,
+                   o->rank, path);
+        fflush(stdout);
+        return FSDP_OK;
+    }
+    fsdp_low_rank_merge *merges = calloc((size_t)(m->n_lora ? m->n_lora : 1), sizeof *merges);
+    char (*names)[3][NN_NAME_MAX] = calloc((size_t)(m->n_lora ? m->n_lora : 1), sizeof *names);  // (n_lora, 3)
+    if (!merges || !names) {
+        free(merges);
+        free(names);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    }
+    for (int i = 0; i < m->n_lora; i++) {  // "h.N.attn.c_attn.lora_A.weight" -> "h.N.attn.c_attn.weight"
+        const nn_lora *a = &m->lora[i];
+        size_t len = strlen(a->A->name) - strlen("lora_A.weight");
+        snprintf(names[i][0], NN_NAME_MAX, "%.*sweight", (int)len, a->A->name);
+        snprintf(names[i][1], NN_NAME_MAX, "%s", a->A->name);
+        snprintf(names[i][2], NN_NAME_MAX, "%s", a->B->name);
+        merges[i] = (fsdp_low_rank_merge){names[i][0], names[i][1], names[i][2], a->scale, 1};  // GPT-2: Conv1D
+    }
+    fsdp_status st = fsdp_merge_low_rank(fs, merges, m->n_lora);
+    free(merges);
+    free(names);
+    FSDP_CHECK(st);
+    FSDP_CHECK(fsdp_save_params(fs, path, FSDP_PARAMS_BASE, NULL));
+    if (rank == 0) printf("%s: merged %d LoRA adapters into their weights (PEFT's merge_and_unload)\n", prog, m->n_lora);
+    return cli_save_weights_report(prog, path, rank);
+}

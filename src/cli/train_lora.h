@@ -1,0 +1,33 @@
+// train_lora.h: fsdp-train's LoRA flags (Hugging Face PEFT's LoraConfig on GPT-2): attaching the
+// adapters and freezing the base model, loading given adapters, and saving them alone (PEFT's
+// adapter_model.safetensors layout) or merged into the base weights.
+#pragma once
+#include <stdio.h>
+
+#include "fsdp/fsdp.h"
+#include "nn/gpt2.h"
+
+typedef struct {
+    int rank;             // --lora-rank (0: no adapters)
+    float alpha;          // --lora-alpha (scale alpha / rank)
+    float dropout;        // --lora-dropout
+    const char *targets;  // --lora-targets, comma-separated projections
+    const char *init;     // --lora-init FILE (PEFT layout)
+    int merge_on_save;    // --lora-merge-on-save
+} train_lora_options;
+
+// PEFT's prefix of GPT2LMHeadModel's adapter names in adapter_model.safetensors
+#define TRAIN_LORA_PREFIX "base_model.model.transformer."
+
+// Checks the flags (the other LoRA flags need --lora-rank; --lora-merge-on-save needs --save); with
+// --lora-rank attaches the adapters to the model and freezes every other parameter (before fsdp_wrap).
+// Returns 0, or 2 after a one-line error on rank 0.
+int train_lora_attach(const char *prog, const train_lora_options *o, int given_alpha, int given_dropout,
+                      int given_targets, const char *save_path, nn_gpt2 *m, int rank);
+// --lora-init: the adapters' values from a PEFT-layout file (names with or without TRAIN_LORA_PREFIX).
+fsdp_status train_lora_load(const train_lora_options *o, fsdp_state *fs);
+// --save with adapters: the adapters alone as PEFT names (and, for a file named
+// adapter_model.safetensors, PEFT's adapter_config.json beside it), or with --lora-merge-on-save the
+// base weights with every adapter merged in (then the model's B are zero). Rank 0 prints what it wrote.
+fsdp_status train_lora_save(const char *prog, const train_lora_options *o, fsdp_state *fs, const nn_gpt2 *m,
+                            const char *path, int rank);
