@@ -123,6 +123,27 @@ static fsdp_status read_tensor(ckpt *c, const char *prefix, const char *name, fl
     return FSDP_OK;
 }
 
+// Whether the checkpoint holds AdamW moments for tensor `name`: a frozen parameter (--freeze, LoRA's
+// base) has none. Looked up in the shard of its first piece.
+static int has_moments(ckpt *c, const char *name) {
+    char key[512];
+    snprintf(key, sizeof key, "pieces.%s", name);
+    const st_entry *pe = st_find(c->index, key);
+    if (!pe || pe->ndim != 2 || pe->shape[0] < 1 || pe->shape[1] != 3) return 0;
+    int64_t rows[2] = {pe->shape[0], 3};
+    int32_t *tab = malloc(sizeof(int32_t) * (size_t)(3 * rows[0]));  // (rows, 3): rank, first, count
+    int rank = tab && st_read_i32(c->index, key, tab, 2, rows) == FSDP_OK ? tab[0] : -1;
+    free(tab);
+    if (rank < 0 || rank >= c->world) return 0;
+    if (!c->shards[rank]) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", c->dir, rank);
+        if (st_open(path, &c->shards[rank]) != FSDP_OK) return 0;
+    }
+    snprintf(key, sizeof key, "exp_avg.%s", name);
+    return st_find(c->shards[rank], key) != NULL;
+}
+
 // The checkpoint's own keys (layout, trainer state, checksums), which a transformed file rewrites; every
 // other key (the model configuration, "setting.*") carries over unchanged.
 static int layout_key(const char *key) {
@@ -316,10 +337,11 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
             st_close(f);
         }
     }
-    int nkinds = have_opt ? 3 : 1;
     st_writer **ws = calloc((size_t)world, sizeof(st_writer *));
     int64_t *numels = calloc((size_t)n + 1, sizeof(int64_t));
-    fsdp_status st = ws && numels ? FSDP_OK : FSDP_ERR_NOMEM;
+    int *kinds = calloc((size_t)n + 1, sizeof(int));  // (n,) 3 with moments, 1 without (frozen parameters)
+    fsdp_status st = ws && numels && kinds ? FSDP_OK : FSDP_ERR_NOMEM;
+    for (int i = 0; i < n && st == FSDP_OK; i++) kinds[i] = have_opt && has_moments(&c, names[i]) ? 3 : 1;
     for (int i = 0; i < n && st == FSDP_OK; i++) {
         char key[512];
         snprintf(key, sizeof key, "shape.%s", names[i]);
@@ -335,7 +357,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
         ws[q] = st_writer_new_stream(path);
         st = ws[q] ? st_writer_add_metadata(ws[q], "format", st_metadata(c.index, "format")) : FSDP_ERR_NOMEM;
         for (int i = 0; i < n && st == FSDP_OK; i++)
-            for (int k = 0; k < nkinds && st == FSDP_OK; k++) {
+            for (int k = 0; k < kinds[i] && st == FSDP_OK; k++) {
                 int64_t lo = numels[i] * q / world, hi = numels[i] * (q + 1) / world, shape[1] = {hi - lo};
                 if (hi <= lo) continue;
                 char tname[512];
@@ -345,7 +367,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
         if (st == FSDP_OK) st = st_writer_stream_begin(ws[q]);
     }
     for (int i = 0; i < n && st == FSDP_OK; i++)
-        for (int k = 0; k < nkinds && st == FSDP_OK; k++) {
+        for (int k = 0; k < kinds[i] && st == FSDP_OK; k++) {
             float *t = NULL;
             int ndim;
             int64_t shape[8], numel;
@@ -422,6 +444,7 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
     ckpt_close(&c);
     free(ws);
     free(numels);
+    free(kinds);
     free(tables);
     free(shapes);
     free(kept);

@@ -12,7 +12,8 @@ AdamW (weight decay and clip_grad_norm_ see only the trainable ones), the same w
   reduce-scatters of the trainable ones (so they fall by the frozen share);
 - --deterministic with frozen parameters: 1 and 2 ranks bit-identical;
 - a sharded checkpoint saved on 2 ranks (no AdamW moments for frozen parameters) resumed on 3, and a
-  full one resumed on 1, end where the uninterrupted run ends;
+  full one resumed on 1, end where the uninterrupted run ends; fsdp-ckpt reshards it (resumed on 4: the
+  same end) and converts it to bf16 (it resumes);
 - fsdp-minimal (the encoder stack: Linear layers and in_proj) with a block frozen: 1 and 2 ranks agree,
   and the frozen block differs from the unfrozen run only in what training changed;
 - bad globs: one-line errors."""
@@ -225,6 +226,29 @@ def main():
                   1e-5, 1e-6)
         chk.true(f"[{ckpt_type} checkpoint] frozen parameters still bit-unchanged after the resume",
                  all(np.array_equal(a[k], init[k]) for k in init if frozen(k, globs)))
+        if ckpt_type != "sharded":
+            continue
+        # fsdp-ckpt carries a checkpoint without moments for frozen parameters: resharded for 4 ranks it
+        # resumes to the same end; converted to bf16 it resumes (--allow-lowp-resume)
+        ckpt_tool = os.path.join(args.bin, "fsdp-ckpt")
+        r4, b16 = os.path.join(tmp, "ck_r4"), os.path.join(tmp, "ck_b16")
+        proc([ckpt_tool, "reshard", step_dir, r4, "--world-size", "4"])
+        r4_keys = set()
+        for f in os.listdir(r4):
+            if f.startswith("shard_"):
+                r4_keys |= set(st_read(os.path.join(r4, f))[0])
+        chk.true("[fsdp-ckpt reshard] moments still exactly for the trainable parameters",
+                 sorted(k for k in r4_keys if k.startswith("exp_avg")) == want)
+        end4 = os.path.join(tmp, "end_r4.safetensors")
+        mpirun(4, [train] + model + ["--steps", str(STEPS), "--resume", r4, "--save", end4] + freeze_flags(globs))
+        a4 = st_load(end4)
+        chk.close("[fsdp-ckpt reshard] resharded for 4 ranks and resumed there: final parameters",
+                  np.concatenate([a4[k].ravel() for k in sorted(b)]), np.concatenate([b[k].ravel() for k in sorted(b)]),
+                  1e-5, 1e-6)
+        proc([ckpt_tool, "convert", step_dir, b16, "--dtype", "bf16"])
+        r = mpirun(2, [train] + model + ["--steps", str(STEPS), "--resume", b16, "--allow-lowp-resume"] + freeze_flags(globs))
+        chk.close("[fsdp-ckpt convert --dtype bf16] resumes: losses within bf16 rounding of the fp32 run's",
+                  parse_losses(r.stdout), refs["mixed"][0][2:], 1e-3, 0)
 
     # fsdp-minimal: the encoder stack with block 0 frozen
     minimal = [os.path.join(args.bin, "fsdp-minimal"), "--layers", "2", "--d-model", "32", "--heads", "2", "--ffn",
