@@ -41,7 +41,10 @@ int train_lora_attach(const char *prog, const train_lora_options *o, int given_a
 fsdp_status train_lora_load(const train_lora_options *o, fsdp_state *fs) {
     if (!o->rank || !o->init) return FSDP_OK;
     fsdp_status st = fsdp_load_adapters(fs, o->init, TRAIN_LORA_PREFIX);
-    return st == FSDP_OK ? st : fsdp_error(st, "--lora-init: %s", fsdp_last_error());
+    if (st == FSDP_OK) return st;
+    char msg[1024];  // fsdp_error formats into the buffer fsdp_last_error() returns: copy it first
+    snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+    return fsdp_error(st, "--lora-init: %s", msg);
 }
 
 // PEFT's adapter_config.json beside an adapter_model.safetensors (rank 0), through a temporary file.
