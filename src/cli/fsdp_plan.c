@@ -3,9 +3,9 @@
 //   fsdp-plan train FLAGS...    fsdp-train's flags (train_flags.c: the same names, defaults and help)
 //   fsdp-plan minimal FLAGS...  fsdp-minimal's flags (minimal_flags.c)
 // plus the planner's own: --world-size, --no-shared-memory, --ranks-per-host, --intra-host-gbps,
-// --inter-host-gbps (--device is a tool flag). --freeze builds the model's parameter list (names and
-// shapes, no data) to lay out each unit's trainable and frozen segments as fsdp_wrap will.
-#include <fnmatch.h>
+// --inter-host-gbps (--device is a tool flag). --freeze and --lora-rank build the model's parameter
+// list (names and shapes, no data; with fsdp-train's adapters attached and the base frozen) to lay out
+// each unit's trainable and frozen segments as fsdp_wrap will.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,41 +75,36 @@ static int fill_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fs
     return 0;
 }
 
-// Marks the parameters each comma-separated glob of `list` matches as frozen, exactly as fsdp_wrap does
-// (wrap.c apply_freeze: fnmatch on the names, every glob must match); returns 0, or -1 after printing
-// an error naming the glob.
+// Marks the parameters the globs of `list` match as frozen, as fsdp_wrap does (fsdp_freeze_matching);
+// returns 0, or -1 after printing an error naming the glob.
 static int mark_frozen(const char *prog, nn_params *ps, const char *list) {
-    for (const char *at = list; *at;) {
-        const char *end = strchr(at, ',');
-        size_t len = end ? (size_t)(end - at) : strlen(at);
-        char glob[NN_NAME_MAX + 64];
-        if (len == 0 || len >= sizeof glob) {
-            fprintf(stderr, "%s: --freeze '%s': expected comma-separated globs on parameter names (e.g. "
-                    "'h.0.*,wte.weight')\n", prog, list);
-            return -1;
-        }
-        memcpy(glob, at, len);
-        glob[len] = 0;
-        int hits = 0;
-        for (int i = 0; i < ps->count; i++)
-            if (fnmatch(glob, ps->items[i].name, 0) == 0) ps->items[i].frozen = 1, hits++;
-        if (!hits) {
-            fprintf(stderr, "%s: --freeze '%s' matches no parameter (names are like '%s')\n", prog, glob,
-                    ps->count ? ps->items[ps->count > 1 ? ps->count - 1 : 0].name : "");
-            return -1;
-        }
-        at += len + (end != NULL);
-    }
+    if (fsdp_freeze_matching(ps, list) == FSDP_OK) return 0;
+    fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
+    return -1;
+}
+
+// The adapters fsdp-train attaches (train_lora_attach: every parameter but the adapters frozen), on the
+// model built without data; lora NULL or rank 0: none. Returns 0, or -1 after printing an error.
+static int attach_lora(const char *prog, const train_lora_options *lora, nn_gpt2 *m, fsdp_plan_input *in) {
+    if (!lora || lora->rank <= 0) return 0;
+    unsigned targets = 0;
+    if (train_lora_attach(prog, lora, m, &targets, 0)) return -1;
+    in->lora_rank = lora->rank;
+    in->lora_targets = (int)targets;  // GPT2_LORA_*: bit i the block's linear layer i, as the plan numbers them
+    in->lora_dropout = lora->dropout > 0.0f;
     return 0;
 }
 
-// --freeze: the trainable elements of each block (block_train (layers,)) and of the rest (root_train),
-// and which weight-gradient products no layer runs (skip_dw), from the tool's model built without data
-// (nn_gpt2_create, nn_encoder_stack_create register names and shapes only) with the globs applied. A
-// parameter belongs to block b when its name starts with the tool's block prefix ("h.%d." for GPT-2,
-// "%d." for the encoder stack; wrap.c block_of); the plan folds unwrapped blocks into the root. Returns
-// 0, or -1 after printing an error.
-static int plan_freeze(const char *prog, const char *list, fsdp_plan_input *in, int64_t *block_train) {
+// --freeze and LoRA: the trainable elements of each block (block_train (layers,)) and of the rest
+// (root_train), and which weight-gradient products no layer runs (skip_dw, lora_skip), from the tool's
+// model built without data (nn_gpt2_create, nn_encoder_stack_create register names and shapes only)
+// with fsdp-train's adapters attached (lora: NULL or rank 0 for none; they freeze the base) and then
+// the globs applied (list: NULL for none), in fsdp-train's order. A parameter belongs to block b when
+// its name starts with the tool's block prefix ("h.%d." for GPT-2, "%d." for the encoder stack;
+// wrap.c block_of); the plan folds unwrapped blocks into the root. Returns 0, or -1 after printing an
+// error.
+static int plan_trainable(const char *prog, const char *list, const train_lora_options *lora, fsdp_plan_input *in,
+                          int64_t *block_train) {
     nn_gpt2 gpt2;
     nn_encoder_stack enc;
     nn_params *ps;  // the model's parameter list
@@ -131,7 +126,8 @@ static int plan_freeze(const char *prog, const char *list, fsdp_plan_input *in, 
         fprintf(stderr, "%s: the model's parameter list: %s\n", prog, fsdp_last_error());
         rc = -1;
     }
-    if (rc == 0) rc = mark_frozen(prog, ps, list);
+    if (rc == 0 && in->gpt2) rc = attach_lora(prog, lora, &gpt2, in);
+    if (rc == 0 && list) rc = mark_frozen(prog, ps, list);
     if (rc == 0) {
         const char *prefix = in->gpt2 ? "h.%d." : "%d.";  // fsdp-train's and fsdp-minimal's block_prefix
         for (int b = 0; b < in->layers; b++) block_train[b] = 0;
@@ -160,6 +156,22 @@ static int plan_freeze(const char *prog, const char *list, fsdp_plan_input *in, 
             if (all) in->skip_dw |= 1 << k;
         }
         if (in->gpt2 && gpt2.wte.weight->frozen) in->skip_dw |= 1 << 4;  // the tied LM head
+        in->lora_skip = 0;
+        for (int k = 0; k < 4 && in->lora_rank > 0; k++) {  // an adapter's A (B) frozen in every block: no dA (dB)
+            int all_a = in->layers > 0, all_b = in->layers > 0, any = 0;
+            for (int b = 0; b < in->layers; b++) {
+                const nn_block *blk = &blocks[b];  // block b
+                // layer k's adapter in block b, or NULL
+                const nn_lora *a = k == 0 ? blk->attn.in_proj.lora : k == 1 ? blk->attn.out_proj.lora
+                                   : k == 2 ? blk->fc1.lora : blk->fc2.lora;
+                if (!a) continue;
+                any = 1;
+                all_a &= a->A->frozen;
+                all_b &= a->B->frozen;
+            }
+            if (any && all_a) in->lora_skip |= 1 << k;
+            if (any && all_b) in->lora_skip |= 1 << (4 + k);
+        }
         in->block_train = block_train;
     }
     if (st == FSDP_OK) {
@@ -261,14 +273,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%s: --shard-group-size %d must divide --world-size %d\n", prog, in.shard_group, in.world);
         return 2;
     }
-    int64_t *block_train = NULL;  // (layers,) with --freeze
-    if (f->freeze) {
+    if (train && train_lora_check(prog, &t.lora, cli_given(args, nargs, pargc, pargv, "--lora-alpha"),
+                                  cli_given(args, nargs, pargc, pargv, "--lora-dropout"),
+                                  cli_given(args, nargs, pargc, pargv, "--lora-targets"), t.save_path, 0))
+        return 2;
+    const train_lora_options *lora = train && t.lora.rank > 0 ? &t.lora : NULL;  // fsdp-train's adapters, or none
+    int64_t *block_train = NULL;  // (layers,) with --freeze or LoRA
+    if (f->freeze || lora) {
         block_train = malloc(sizeof(int64_t) * (size_t)(in.layers > 0 ? in.layers : 1));
         if (!block_train) {
             fprintf(stderr, "%s: out of memory\n", prog);
             return 2;
         }
-        if (plan_freeze(prog, f->freeze, &in, block_train)) {
+        if (plan_trainable(prog, f->freeze, lora, &in, block_train)) {
             free(block_train);
             return 2;
         }
@@ -277,10 +294,15 @@ int main(int argc, char **argv) {
     free(block_train);
     in.block_train = NULL;
     double mib = 1048576.0;
-    char trainable[64] = "";
+    char trainable[160] = "";
     if (p.train_numel < p.numel)
         snprintf(trainable, sizeof trainable, " (%lld trainable, %lld frozen)", (long long)p.train_numel,
                  (long long)(p.numel - p.train_numel));
+    if (lora) {  // which adapters: fsdp-train's --lora-* as resolved
+        size_t len = strlen(trainable);
+        snprintf(trainable + len, sizeof trainable - len, ", LoRA rank %d on %s%s", t.lora.rank, t.lora.targets,
+                 in.lora_dropout ? " with dropout" : "");
+    }
     printf("fsdp-plan: %s, %lld parameters%s, %d rank(s) x %d thread(s), %s, %d units%s, batch %d per rank x %d "
            "micro-steps, param %s, reduce %s\n",
            in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, trainable, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,

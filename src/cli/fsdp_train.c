@@ -276,9 +276,10 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
     if (nn_gpt2_create(&model, cfg) != FSDP_OK) goto failed;
     const cli_model_config *mc = &o->config;
-    if (train_lora_attach("fsdp-train", &o->lora, cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-alpha"),
-                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
-                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->save_path, &model, R)) {
+    if (train_lora_check("fsdp-train", &o->lora, cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-alpha"),
+                         cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
+                         cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->save_path, R) ||
+        train_lora_attach("fsdp-train", &o->lora, &model, NULL, R)) {
         rc = 2;
         goto done;
     }

@@ -8,8 +8,8 @@
 
 #include "cli/train_ckpt.h"
 
-int train_lora_attach(const char *prog, const train_lora_options *o, int given_alpha, int given_dropout,
-                      int given_targets, const char *save_path, nn_gpt2 *m, int rank) {
+int train_lora_check(const char *prog, const train_lora_options *o, int given_alpha, int given_dropout,
+                     int given_targets, const char *save_path, int rank) {
     const char *needs_rank = o->rank > 0        ? NULL
                              : given_alpha      ? "--lora-alpha"
                              : given_dropout    ? "--lora-dropout"
@@ -25,8 +25,13 @@ int train_lora_attach(const char *prog, const train_lora_options *o, int given_a
         if (rank == 0) fprintf(stderr, "%s: --lora-merge-on-save needs --save (it says what --save writes)\n", prog);
         return 2;
     }
-    if (o->rank == 0) return 0;
+    return 0;
+}
+
+int train_lora_attach(const char *prog, const train_lora_options *o, nn_gpt2 *m, unsigned *mask, int rank) {
     unsigned targets = 0;
+    if (mask) *mask = 0;
+    if (o->rank == 0) return 0;
     fsdp_status st = nn_gpt2_lora_targets(o->targets, &targets);
     if (st == FSDP_OK) st = nn_gpt2_add_lora(m, targets, o->rank, o->alpha, o->dropout);
     if (st != FSDP_OK) {
@@ -35,6 +40,7 @@ int train_lora_attach(const char *prog, const train_lora_options *o, int given_a
     }
     for (int i = 0; i < m->params.count; i++)  // PEFT: the base model is frozen, only adapters train
         if (!m->params.items[i].adapter) m->params.items[i].frozen = 1;
+    if (mask) *mask = targets;
     return 0;
 }
 

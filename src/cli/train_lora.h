@@ -19,11 +19,14 @@ typedef struct {
 // PEFT's prefix of GPT2LMHeadModel's adapter names in adapter_model.safetensors
 #define TRAIN_LORA_PREFIX "base_model.model.transformer."
 
-// Checks the flags (the other LoRA flags need --lora-rank; --lora-merge-on-save needs --save); with
-// --lora-rank attaches the adapters to the model and freezes every other parameter (before fsdp_wrap).
-// Returns 0, or 2 after a one-line error on rank 0.
-int train_lora_attach(const char *prog, const train_lora_options *o, int given_alpha, int given_dropout,
-                      int given_targets, const char *save_path, nn_gpt2 *m, int rank);
+// Checks the flags: the other LoRA flags need --lora-rank (given_*: whether the flag was on the command
+// line), --lora-merge-on-save needs --save. Returns 0, or 2 after a one-line error on rank 0.
+int train_lora_check(const char *prog, const train_lora_options *o, int given_alpha, int given_dropout,
+                     int given_targets, const char *save_path, int rank);
+// With --lora-rank: attaches the adapters to the model and freezes every other parameter (before
+// fsdp_wrap); *targets (may be NULL) gets the GPT2_LORA_* mask. Returns 0, or 2 after a one-line error on
+// rank 0.
+int train_lora_attach(const char *prog, const train_lora_options *o, nn_gpt2 *m, unsigned *targets, int rank);
 // --lora-init: the adapters' values from a PEFT-layout file (names with or without TRAIN_LORA_PREFIX).
 fsdp_status train_lora_load(const train_lora_options *o, fsdp_state *fs);
 // --save with adapters: the adapters alone as PEFT names (and, for a file named

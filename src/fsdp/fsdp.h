@@ -88,6 +88,10 @@ typedef struct fsdp_state fsdp_state;
 // Builds units and shards. Parameter values are NOT initialised here: call fsdp_init_params or
 // fsdp_load_params next. Memory: shards only (no rank ever holds the whole model).
 fsdp_status fsdp_wrap(fsdp_state **out, fsdp_model_desc model, fsdp_config cfg, fsdp_comm *world);
+// fsdp_config.freeze's rule, for tools that lay a model out without wrapping it (fsdp-plan): marks the
+// parameters each comma-separated glob (fnmatch) of `list` matches as frozen (NULL: none); a glob that
+// matches no parameter, or an empty one, is FSDP_ERR_INVALID_ARG naming it.
+fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list);
 void fsdp_free_state(fsdp_state *s);
 
 // Fills each rank's shards with the values a one-process init would give (counter-based RNG).

@@ -30,7 +30,7 @@ static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, i
     int64_t io[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};  // (in, out) of the block's linear layers
     // weight-gradient products no layer runs: a weight frozen in every block (or the tied head's)
     int skip = in->block_train ? in->skip_dw : 0;
-    gemm_shape g[20];
+    gemm_shape g[44];  // 4 x 3 products of the linear layers, 3 of the head, 2 of attention, 4 x 6 of adapters
     int n = 0;
     for (int i = 0; i < 4; i++) {
         int64_t a = io[i][0], b = io[i][1];
@@ -38,6 +38,18 @@ static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, i
         g[n++] = (gemm_shape){N, a, b, 0};                                          // input gradient
         if (skip >> i & 1) continue;
         g[n++] = in->gpt2 ? (gemm_shape){a, b, N, 0} : (gemm_shape){b, a, N, 0};  // weight gradient (Conv1D or Linear)
+    }
+    int64_t r = in->lora_rank;
+    int lskip = in->block_train ? in->lora_skip : 0;
+    for (int i = 0; i < 4 && r > 0; i++) {  // the adapter's products (nn/lora.c), small ones included
+        if (!(in->lora_targets >> i & 1)) continue;
+        int64_t a = io[i][0], b = io[i][1];
+        g[n++] = (gemm_shape){N, r, a, 0};                              // u = x A^T
+        g[n++] = (gemm_shape){N, b, r, 0};                              // out += u B^T
+        if (!(lskip >> (4 + i) & 1)) g[n++] = (gemm_shape){b, r, N, 0};  // dB += dout^T u
+        g[n++] = (gemm_shape){N, r, b, 0};                              // du = dout B
+        if (!(lskip >> i & 1)) g[n++] = (gemm_shape){r, a, N, 0};        // dA += du^T x
+        g[n++] = (gemm_shape){N, a, r, 0};                              // dx (+)= du A
     }
     if (in->gpt2) {  // the tied LM head
         g[n++] = (gemm_shape){N, V, C, 0};
@@ -84,6 +96,13 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     int64_t C = in->d_model, F = in->gpt2 ? 4 * C : in->ffn, L = in->layers, H = in->heads;
     int64_t V = in->vocab, T = in->seq, maxT = in->max_seq ? in->max_seq : in->seq;
     int64_t block = 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C + 4 * C;
+    int64_t lora_in[4] = {C, C, C, F}, lora_out[4] = {3 * C, C, F, C};  // (in, out) of the block's linear layers
+    int64_t lora_rows = 0;  // activation elements per row of N, all of one block's adapters
+    for (int i = 0; i < 4 && in->lora_rank > 0; i++) {
+        if (!(in->lora_targets >> i & 1)) continue;
+        block += (int64_t)in->lora_rank * (lora_in[i] + lora_out[i]);  // A (R, in), B (out, R)
+        lora_rows += 2 * (int64_t)in->lora_rank + (in->lora_dropout ? 2 * lora_in[i] : 0);  // u, du; xd, dx
+    }
     int64_t root = in->gpt2 ? V * C + maxT * C + 2 * C : 0;
     p.numel = L * block + root;
     int replicated = in->strategy == FSDP_NO_SHARD || in->strategy == FSDP_DDP;
@@ -211,7 +230,10 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double sequential = 4.0 * (double)(2 * N * C + N * (7 * C + F));
     double model = in->gpt2 ? 4.0 * (double)(N * (4 * C + 2 * V + 3) + 2 * N)
                             : 4.0 * (double)(N * C * (in->grad_accum + 1));
-    p.activations = blocks + sequential + model;
+    // the adapters' u, du (N, R) and with dropout xd, dx (N, in), kept per adapter in every block
+    // (nn/lora.c ensure_buffers), recomputation or not
+    double adapters = 4.0 * (double)(N * lora_rows) * (double)L;
+    p.activations = blocks + sequential + model + adapters;
     p.workspace = workspace_bytes(in, C, F, V, N, T);
     p.total = p.params + p.grads + p.optimizer + p.unsharded + p.activations + p.communication + p.workspace;
 

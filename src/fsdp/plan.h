@@ -49,6 +49,16 @@ typedef struct {
     int skip_dw;          // with block_train: weight-gradient GEMMs no layer runs (their weight frozen in every
                           // block): bit i for the block's linear layer i (0 QKV in-projection, 1 attention
                           // out-projection, 2 FFN in, 3 FFN out), bit 4 the tied LM head (GPT-2's wte.weight)
+    // LoRA (fsdp-train --lora-*, nn/lora.c): a rank-lora_rank adapter, A (R, in) and B (out, R), on each
+    // targeted linear layer of every block, registered in the block (so in its unit, and in the wrap
+    // decision's size); fsdp-train freezes every other parameter, which block_train, root_train and
+    // skip_dw then say. Each adapter keeps its own activations from its first forward (with or without
+    // activation checkpointing), and its six GEMMs use the same kernels' scratch. 0: no adapters.
+    int lora_rank;
+    int lora_targets;     // bit i: the block's linear layer i has an adapter (skip_dw's numbering, bits 0..3)
+    int lora_dropout;     // --lora-dropout > 0: each adapter also keeps dropout(x) and its gradient, (N, in) each
+    int lora_skip;        // with block_train: adapter weight-gradient GEMMs no block runs: bit i layer i's dA
+                          // (its A frozen in every block), bit 4 + i its dB
 } fsdp_plan_input;
 
 typedef struct {

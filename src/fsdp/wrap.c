@@ -107,9 +107,7 @@ static fsdp_status make_groups(fsdp_state *s) {
     return describe_groups(s);
 }
 
-// cfg.freeze: marks the parameters each comma-separated glob matches as frozen; a glob that matches
-// none is an error naming it.
-static fsdp_status apply_freeze(nn_params *ps, const char *list) {
+fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) {
     if (!list) return FSDP_OK;
     for (const char *at = list; *at;) {
         const char *end = strchr(at, ',');
@@ -248,7 +246,7 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
     s->norm_acc = fsdp_dev_alloc(s->dev, sizeof(double), FSDP_MEM_OTHER);
     if (!s->norm_acc) return FSDP_ERR_NOMEM;
     s->replicated = cfg.strategy == FSDP_NO_SHARD || cfg.strategy == FSDP_DDP;
-    FSDP_CHECK(apply_freeze(model.params, cfg.freeze));
+    FSDP_CHECK(fsdp_freeze_matching(model.params, cfg.freeze));
     FSDP_CHECK(make_groups(s));
     int nb = model.blocks->count, np = model.params->count;
     s->block_unit = malloc(sizeof(int) * (size_t)(nb ? nb : 1));

@@ -13,6 +13,7 @@ void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char 
     l->in = in;
     l->out = out;
     l->conv1d = conv1d;
+    l->lora = NULL;  // nn_gpt2_add_lora attaches one
 }
 
 void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,

@@ -1,8 +1,10 @@
 """fsdp-plan's prediction (`fsdp-plan train` with the run's own flags) against measured runs of fsdp-train: per-rank peak memory by category, the
 total, and the bytes sent per step, within 10%, across world sizes, strategies, wrap policies,
 prefetch settings, gradient accumulation, activation checkpointing, bf16 mixed precision,
---deterministic and frozen parameters (--freeze: each unit's trainable and frozen segments padded and
-sharded on their own; gradients, reductions and optimizer state for the trainable one only).
+--deterministic, frozen parameters (--freeze: each unit's trainable and frozen segments padded and
+sharded on their own; gradients, reductions and optimizer state for the trainable one only) and LoRA
+(--lora-*: adapters in each block's unit, the base frozen, each adapter's own activations whatever the
+checkpointing, and its GEMMs' packing scratch under bf16).
 Then the accounting against the OS on the GPT benchmark model (6 layers, d_model 512, seq 256) at 1, 2
 and 4 ranks: the accounted peak within 10% of the rank's data PSS (anonymous + proportional shared
 memory, which is what the rank holds; peak RSS also counts the peers' shared pages it maps and library
@@ -55,6 +57,34 @@ FREEZE_CASES = [
     (3, ["--freeze", "h.2.*,ln_f.*", "--wrap", "none"]),
 ]
 
+# LoRA cases (world, extra flags): adapters A (R, in), B (out, R) on the targeted projections of every
+# block, the rest frozen; their activations u, du (N, R) and with dropout xd, dx (N, in) are kept per
+# adapter in every block even under activation checkpointing; under bf16 their products (the dA of
+# mlp.c_proj packs in x N) set the packing scratch the frozen base's skipped weight gradients no longer
+# do, and a --freeze glob on top that freezes those A removes that product again
+LORA_CASES = [
+    (2, ["--lora-rank", "4"]), (2, ["--lora-rank", "8", "--lora-targets", "c_attn,c_proj,c_fc"]),
+    (2, ["--lora-rank", "8", "--lora-targets", "c_attn,c_proj,c_fc", "--lora-dropout", "0.1"]),
+    (2, ["--lora-rank", "4", "--mixed-precision", "bf16"]),
+    (2, ["--lora-rank", "8", "--lora-targets", "c_attn,c_proj,c_fc", "--mixed-precision", "bf16"]),
+    (2, ["--lora-rank", "8", "--lora-targets", "c_proj", "--freeze", "*.mlp.c_proj.lora_A.weight",
+         "--mixed-precision", "bf16"]),
+    (2, ["--lora-rank", "4", "--lora-dropout", "0.1", "--activation-checkpointing"]),
+    (4, ["--lora-rank", "4", "--strategy", "hybrid_shard", "--shard-group-size", "2"]),
+    (1, ["--lora-rank", "4"]),
+]
+LORA_SITES = {"c_attn": ["attn.c_attn"], "c_proj": ["attn.c_proj", "mlp.c_proj"], "c_fc": ["mlp.c_fc"],
+              "attn.c_proj": ["attn.c_proj"], "mlp.c_proj": ["mlp.c_proj"]}
+
+
+def lora_adapters(flags, C):
+    """(rank, dropout, [(site, in, out)]) of a LoRA case's flags (fsdp-train's defaults: targets c_attn)."""
+    def opt(name, default):
+        return flags[flags.index(name) + 1] if name in flags else default
+    io = {"attn.c_attn": (C, 3 * C), "attn.c_proj": (C, C), "mlp.c_fc": (C, 4 * C), "mlp.c_proj": (4 * C, C)}
+    sites = {s for t in opt("--lora-targets", "c_attn").split(",") for s in LORA_SITES[t]}
+    return int(opt("--lora-rank", "0")), float(opt("--lora-dropout", "0")), [(s, *io[s]) for s in io if s in sites]
+
 
 def numbers(text, prefix):
     line = next((x for x in text.splitlines() if x.startswith(prefix)), "")
@@ -71,12 +101,23 @@ def gpt2_units(layers, C, V, max_seq):
     return units + [[("wte.weight", V * C), ("wpe.weight", max_seq * C), ("ln_f.weight", C), ("ln_f.bias", C)]]
 
 
-def trainable_shard(units, globs, group):
-    """Elements of a rank's gradient shard: each unit's trainable segment padded to group x 16, / group."""
+def with_lora(units, rank, adapters):
+    """The units with each block's adapters (lora_A (rank, in), lora_B (out, rank)) added to it."""
+    out = [list(u) for u in units]
+    for i, unit in enumerate(out[:-1]):
+        for site, n_in, n_out in adapters:
+            unit += [(f"h.{i}.{site}.lora_A.weight", rank * n_in), (f"h.{i}.{site}.lora_B.weight", n_out * rank)]
+    return out
+
+
+def trainable_shard(units, globs, group, lora=False):
+    """Elements of a rank's gradient shard: each unit's trainable segment padded to group x 16, / group.
+    lora: only the adapters (".lora_" names) train, as fsdp-train freezes the base model."""
     q = group * 16
     total = 0
     for unit in units:
-        train = sum(k for name, k in unit if not any(fnmatch.fnmatchcase(name, g) for g in globs))
+        train = sum(k for name, k in unit if not any(fnmatch.fnmatchcase(name, g) for g in globs) and
+                    (not lora or ".lora_" in name))
         total += (train + q - 1) // q * q // group
     return total
 
@@ -144,6 +185,53 @@ def main():
     chk.true("fsdp-plan --freeze 'h.9.*' (no such parameter): exit 2 and one line naming the glob",
              p.returncode == 2 and "'h.9.*'" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
              f"exit {p.returncode}, stderr {p.stderr!r}")
+    # LoRA: the adapters' segments carry the gradients and moments; the all-gathers still move the base
+    for world, extra in LORA_CASES:
+        label = f"{world} rank(s) {' '.join(extra)}"
+        measured, predicted = measure_and_plan(
+            args, world, MODEL + ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"] + extra)
+        runs[(world, tuple(extra))] = (measured, predicted)
+        for which, nums in (("measured", measured), ("planned ", predicted)):
+            print(f"{label}: {which} " + " ".join(f"{k} {nums[k]:.0f}" for k in KEYS if nums.get(k) is not None))
+        for k in KEYS:
+            chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
+    # exactly: 4 and 8 bytes per trainable shard element, the adapters' alone (padded to 2 x 16 per unit)
+    for extra in (["--lora-rank", "4"], ["--lora-rank", "8", "--lora-targets", "c_attn,c_proj,c_fc"]):
+        rank, _, adapters = lora_adapters(extra, 64)
+        measured, predicted = runs[(2, tuple(extra))]
+        n = trainable_shard(with_lora(gpt2_units(3, 64, 256, 32), rank, adapters), [], 2, lora=True)
+        print(f"{' '.join(extra)}, 2 ranks: {n} trainable (adapter) shard elements per rank")
+        chk.true(f"{' '.join(extra)}: some adapter shard elements", n > 0, str(n))
+        for k, per in (("gradients", 4), ("optimizer", 8)):
+            for which, nums in (("predicted", predicted), ("measured", measured)):
+                chk.close(f"{' '.join(extra)}: {which} {k} = {per} x adapter shard elements", [nums.get(k)],
+                          [float(per * n)], 0, 0)
+    # exactly: each adapter's activations, 4 bytes x N x (2 R, plus 2 in with dropout), in every block,
+    # with activation checkpointing as without (against the same run without adapters)
+    N = 4 * 32
+    for extra, base in ((["--lora-rank", "8", "--lora-targets", "c_attn,c_proj,c_fc", "--lora-dropout", "0.1"], ()),
+                        (["--lora-rank", "4", "--lora-dropout", "0.1", "--activation-checkpointing"],
+                         ("--activation-checkpointing",))):
+        rank, dropout, adapters = lora_adapters(extra, 64)
+        want = 3 * sum(4 * N * (2 * rank + (2 * n_in if dropout > 0 else 0)) for _, n_in, _ in adapters)
+        for which, i in (("measured", 0), ("predicted", 1)):
+            got = runs[(2, tuple(extra))][i].get("activations_peak", 0) - runs[(2, base)][i].get("activations_peak", 0)
+            chk.close(f"{' '.join(extra)}: {which} activations = the run's without adapters + {want} B of adapters'",
+                      [got], [float(want)], 0, 0)
+    # bf16: the packing scratch exactly, set by the adapters' products once the base's weight gradients are gone
+    for extra in (["--lora-rank", "8", "--lora-targets", "c_attn,c_proj,c_fc", "--mixed-precision", "bf16"],
+                  ["--lora-rank", "8", "--lora-targets", "c_proj", "--freeze", "*.mlp.c_proj.lora_A.weight",
+                   "--mixed-precision", "bf16"]):
+        measured, predicted = runs[(2, tuple(extra))]
+        chk.close(f"{' '.join(extra)}: predicted workspace = measured", [predicted.get("workspace")],
+                  [measured.get("workspace")], 0, 0)
+    # flags fsdp-train rejects: one line, exit 2
+    for extra, needle in ((["--lora-alpha", "16"], "--lora-rank"),
+                          (["--lora-rank", "4", "--lora-targets", "c_xx"], "'c_xx'")):
+        p = proc([os.path.join(args.bin, "fsdp-plan"), "train", "--world-size", "2"] + MODEL + extra, expect_ok=False)
+        chk.true(f"fsdp-plan {' '.join(extra)}: exit 2 and one line naming {needle}",
+                 p.returncode == 2 and needle in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+                 f"exit {p.returncode}, stderr {p.stderr!r}")
     # --deterministic: fixed-point digits on the wire (4 bytes x limbs per element), a digit accumulator per
     # gradient shard, no gradient staging; --grad-accum is the chunks per rank
     # (and with --freeze: the digits, accumulators and gradient buffers of the trainable segments only)
