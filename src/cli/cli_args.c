@@ -40,6 +40,42 @@ static void print_help(const char *prog, const char *summary, const cli_arg *arg
     printf("\nA switch (a flag without a value) is turned off again with --no-NAME, e.g. after a --config file.\n");
 }
 
+// ARG_LIST values: each list flag's joined text in a buffer of its own, reachable from here until the
+// process ends (a later parse of the same target reuses it).
+typedef struct {
+    const char **target;
+    char *text;       // the joined values, or NULL before the second value
+    int from_config;  // the values so far came from a --config file
+} list_state;
+static list_state lists[8];
+// The argv index where the command line resumes after a --config file's flags (cli_config_argv; 0: no
+// file): a list flag given on the command line replaces the file's values instead of adding to them.
+static int config_end;
+
+// Adds value to the list flag at target (on_command_line: value is typed, not from --config). 0, or -1
+// when out of memory (or of list slots).
+static int list_add(void *target, const char *value, int on_command_line) {
+    const char **t = target, *old = *t;
+    int slot = 0;
+    while (slot < 8 && lists[slot].target && lists[slot].target != t) slot++;
+    if (slot == 8) return -1;
+    if (lists[slot].target != t) lists[slot] = (list_state){t, NULL, 0};
+    if (old && on_command_line && lists[slot].from_config) old = NULL;  // the command line overrides the file
+    lists[slot].from_config = !on_command_line;
+    if (!old || old == value) {
+        *t = value;
+        return 0;
+    }
+    size_t len = strlen(old) + strlen(value) + 2;
+    char *text = malloc(len);  // (len,) "old,value"
+    if (!text) return -1;
+    snprintf(text, len, "%s,%s", old, value);
+    free(lists[slot].text);  // after the copy: old may be it
+    lists[slot].text = text;
+    *t = text;
+    return 0;
+}
+
 static int choice_index(const char *choices, const char *value) {
     int idx = 0;
     for (const char *c = choices; c; idx++) {
@@ -153,30 +189,15 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
             }
             *(const char **)a->target = value;
             break;
-        case ARG_LIST: {  // a repeated flag adds its value: "a,b" (the joined text lives until the process ends)
-            const char *old = *(const char **)a->target;
+        case ARG_LIST: {  // a repeated flag adds its value: "a,b"
             if (!*value) {
                 fprintf(stderr, "%s: %s: expected a non-empty value\n", prog, flag);
                 return -1;
             }
-            if (!old) {
-                *(const char **)a->target = value;
-                break;
-            }
-            // the joined texts stay reachable from here until the process ends (one slot per list flag)
-            static char *joined[8];
-            int slot = 0;
-            while (slot < 7 && joined[slot] && joined[slot] != old) slot++;
-            size_t len = strlen(old) + strlen(value) + 2;
-            char *grown = joined[slot] == old ? realloc(joined[slot], len) : malloc(len);
-            if (!grown) {
+            if (list_add(a->target, value, i >= config_end) != 0) {
                 fprintf(stderr, "%s: %s: out of memory\n", prog, flag);
                 return -1;
             }
-            if (grown != old && joined[slot] != old) snprintf(grown, len, "%s,%s", old, value);
-            else strcat(strcat(grown, ","), value);
-            joined[slot] = grown;
-            *(const char **)a->target = grown;
             break;
         }
         case ARG_CHOICE: {
@@ -269,6 +290,7 @@ static char *trim(char *s) {
 
 int cli_config_argv(const char *prog, const cli_arg *args, int nargs, int *argc, char ***argv) {
     int at = 0;
+    config_end = 0;
     for (int i = 1; i < *argc; i++) {
         if (strcmp((*argv)[i], "--config") != 0) continue;
         if (at) {
@@ -367,6 +389,7 @@ int cli_config_argv(const char *prog, const cli_arg *args, int nargs, int *argc,
         config_argv[n++] = (char *)a->name;
         config_argv[n++] = value;
     }
+    config_end = n;  // the command line's flags follow
     for (int i = 1; i < *argc; i++)
         if (i != at && i != at + 1) config_argv[n++] = (*argv)[i];
     config_argv[n] = NULL;

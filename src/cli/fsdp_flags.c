@@ -131,6 +131,10 @@ int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc 
                     "shard groups)\n", prog, o->shard_group_size, N);
         return 1;
     }
+    if (fsdp_freeze_matching(desc.params, o->freeze) != FSDP_OK) {  // a bad --freeze: a flag error (every rank
+        if (fsdp_comm_rank(world) == 0) fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());  // finds it)
+        return 2;
+    }
     nn_sequential_set_checkpointing(desc.blocks, o->activation_checkpointing);
     char report[1200] = "";
     fsdp_status st = fsdp_wrap(out, desc, cfg, world);

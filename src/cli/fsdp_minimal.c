@@ -136,10 +136,8 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     double *micro_losses = NULL;  // (grad_accum,) this rank's micro-steps' mean losses
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
-    if (cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)) {
-        rc = 1;
+    if ((rc = cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)))
         goto done;
-    }
     if (cli_config_to_state(&o->config, fs)) {
         rc = 1;
         goto done;

@@ -284,10 +284,9 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         goto done;
     }
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
-    if (cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path, "transformer.", &fs)) {
-        rc = 1;
+    if ((rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path,
+                             "transformer.", &fs)))
         goto done;
-    }
     if (train_lora_load(&o->lora, fs) != FSDP_OK) goto failed;
     if (cli_config_to_state(&o->config, fs)) {
         rc = 1;
@@ -306,7 +305,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     }
     cli_ckpt_catch_signals();
     if (R == 0) {
-        int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs);
+        int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs), trainable = fsdp_local_grad_numel(fs);
         printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
                o->d_model, o->heads, o->vocab, T, numel / 1e6);
         printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s, precision %s (reduce %s, kernels %s)\n", N,
@@ -326,8 +325,13 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         if (val && !o->eval_only)
             printf("  validation: %d batches of %s every %d steps and after the last\n", o->eval_batches,
                    fsdp_data_name(val), o->eval_every);
-        printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
-               16.0 * (double)local / 1048576.0, (long long)local);
+        if (trainable == local)
+            printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
+                   16.0 * (double)local / 1048576.0, (long long)local);
+        else  // frozen parameters: a shard only
+            printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld trainable + 4 B x %lld frozen shard "
+                   "elements)\n", (4.0 * (double)local + 12.0 * (double)trainable) / 1048576.0, (long long)trainable,
+                   (long long)(local - trainable));
         cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
         if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
         fflush(stdout);

@@ -133,7 +133,7 @@ void cli_config_write_json(const cli_model_config *c, FILE *f) {
         json_string(f, a->name + 2);
         fprintf(f, ": ");
         if (!set) fprintf(f, "null");
-        else if (a->type == ARG_STRING || a->type == ARG_CHOICE) json_string(f, value);
+        else if (a->type == ARG_STRING || a->type == ARG_CHOICE || a->type == ARG_LIST) json_string(f, value);
         else if (a->type == ARG_FLOAT && !strpbrk(value, "0123456789")) fprintf(f, "null");  // inf, nan
         else fprintf(f, "%s", value);  // an int, a float, true or false
     }

@@ -64,13 +64,12 @@ static fsdp_status write_adapter_config(const train_lora_options *o, const char 
     if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
     unsigned mask = 0;
     nn_gpt2_lora_targets(o->targets, &mask);
-    static const char *const names[4] = {"attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"};
     fprintf(f, "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"base_model_name_or_path\": \"gpt2\",\n"
                "  \"r\": %d,\n  \"lora_alpha\": %.9g,\n  \"lora_dropout\": %.9g,\n  \"bias\": \"none\",\n"
                "  \"fan_in_fan_out\": true,\n  \"init_lora_weights\": true,\n  \"inference_mode\": true,\n"
                "  \"target_modules\": [", o->rank, (double)o->alpha, (double)o->dropout);
-    for (int i = 0, n = 0; i < 4; i++)
-        if (mask & (1u << i)) fprintf(f, "%s\"%s\"", n++ ? ", " : "", names[i]);
+    for (int i = 0, n = 0; nn_gpt2_lora_target_name(i); i++)
+        if (mask & (1u << i)) fprintf(f, "%s\"%s\"", n++ ? ", " : "", nn_gpt2_lora_target_name(i));
     fprintf(f, "]\n}\n");
     int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
     fclose(f);
@@ -93,7 +92,7 @@ fsdp_status train_lora_save(const char *prog, const train_lora_options *o, fsdp_
         fflush(stdout);
         return FSDP_OK;
     }
-    fsdp_low_rank_merge *merges = calloc((size_t)(m->n_lora ? m->n_lora : 1), sizeof *merges);
+    fsdp_low_rank_merge *merges = calloc((size_t)(m->n_lora ? m->n_lora : 1), sizeof *merges);  // (n_lora,)
     char (*names)[3][NN_NAME_MAX] = calloc((size_t)(m->n_lora ? m->n_lora : 1), sizeof *names);  // (n_lora, 3)
     if (!merges || !names) {
         free(merges);

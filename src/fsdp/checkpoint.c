@@ -347,7 +347,8 @@ static fsdp_status read_range(fsdp_stage *g, const char *dir, const st_file *ind
     return FSDP_OK;
 }
 
-// Fills the device staging buffers shards, m, v (local numel,) in unit order from the pieces saved.
+// Fills the device staging buffers shards (local numel,) and m, v (local trainable numel,) in unit order
+// from the pieces saved (a unit's trainable segment comes first in its shard).
 static fsdp_status load_into(fsdp_state *s, fsdp_stage *g, const char *dir, const st_file *index, float *shards,
                              float *m, float *v, int with_opt) {
     shard_cache cache = {(int)meta_int(index, "world_size", 0), NULL};
@@ -355,7 +356,7 @@ static fsdp_status load_into(fsdp_state *s, fsdp_stage *g, const char *dir, cons
     cache.files = calloc((size_t)cache.n, sizeof(st_file *));
     if (!cache.files) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     fsdp_status st = FSDP_OK;
-    int64_t base = 0;
+    int64_t base = 0;  // the unit's first element in shards (in m and v: its opt_offset)
     for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
@@ -403,10 +404,10 @@ static fsdp_status load_into(fsdp_state *s, fsdp_stage *g, const char *dir, cons
                                 shards + base + pc.shard_pos);
                 if (st == FSDP_OK && with_opt && !p->frozen)
                     st = read_range(g, dir, index, &cache, "exp_avg.", p, rows, n_rows, pc.elem_begin, pc.count,
-                                    m + base + pc.shard_pos);
+                                    m + u->opt_offset + pc.shard_pos);
                 if (st == FSDP_OK && with_opt && !p->frozen)
                     st = read_range(g, dir, index, &cache, "exp_avg_sq.", p, rows, n_rows, pc.elem_begin, pc.count,
-                                    v + base + pc.shard_pos);
+                                    v + u->opt_offset + pc.shard_pos);
             }
             free(rows);
             free(rows32);
@@ -423,7 +424,7 @@ static fsdp_status load_into(fsdp_state *s, fsdp_stage *g, const char *dir, cons
 static fsdp_status load_full_into(fsdp_state *s, fsdp_stage *g, const char *dir, st_file *model, st_file *optim,
                                   float *shards, float *m, float *v, int with_opt) {
     fsdp_status st = FSDP_OK;
-    int64_t base = 0;
+    int64_t base = 0;  // as load_into
     for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++) {
         const fsdp_unit *u = &s->units[ui];
         for (int i = 0; i < u->n_params && st == FSDP_OK; i++) {
@@ -435,10 +436,10 @@ static fsdp_status load_full_into(fsdp_state *s, fsdp_stage *g, const char *dir,
                                  shards + base + pc.shard_pos);
             snprintf(name, sizeof name, "exp_avg.%s", p->name);
             if (st == FSDP_OK && with_opt && !p->frozen)
-                st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, m + base + pc.shard_pos);
+                st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, m + u->opt_offset + pc.shard_pos);
             snprintf(name, sizeof name, "exp_avg_sq.%s", p->name);
             if (st == FSDP_OK && with_opt && !p->frozen)
-                st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, v + base + pc.shard_pos);
+                st = fsdp_stage_read(g, optim, name, p->ndim, p->shape, pc.elem_begin, pc.count, v + u->opt_offset + pc.shard_pos);
         }
         base += u->shard_numel;
     }
@@ -491,14 +492,14 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
         st = fsdp_error(FSDP_ERR_FORMAT, "%s: not an fsdp.c sharded checkpoint index", path);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     if (st == FSDP_OK && full) st = st_open(path, &model);
-    int64_t local = fsdp_local_numel(s);
+    int64_t local = fsdp_local_numel(s), trainable = fsdp_local_grad_numel(s);
     int with_opt = s->have_opt;
     // device staging of everything this rank will hold: the live model is only touched once every
     // rank has read everything (all or nothing)
-    size_t bytes = sizeof(float) * (size_t)(local ? local : 1);
-    float *shards = fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER);           // (local,) device
-    float *m = with_opt ? fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER) : NULL;  // (local,) device
-    float *v = with_opt ? fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER) : NULL;  // (local,) device
+    size_t bytes = sizeof(float) * (size_t)(local ? local : 1), gbytes = sizeof(float) * (size_t)(trainable ? trainable : 1);
+    float *shards = fsdp_dev_alloc(s->dev, bytes, FSDP_MEM_OTHER);              // (local,) device
+    float *m = with_opt ? fsdp_dev_alloc(s->dev, gbytes, FSDP_MEM_OTHER) : NULL;  // (trainable,) device
+    float *v = with_opt ? fsdp_dev_alloc(s->dev, gbytes, FSDP_MEM_OTHER) : NULL;  // (trainable,) device
     fsdp_stage g = {s, NULL};
     if (st == FSDP_OK && (!shards || (with_opt && (!m || !v)))) st = FSDP_ERR_NOMEM;
     if (st == FSDP_OK) st = fsdp_stage_open(s, &g);
@@ -523,9 +524,9 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
             fsdp_unit *u = &s->units[ui];
             size_t ub = sizeof(float) * (size_t)u->shard_numel, gb = sizeof(float) * (size_t)u->grad_shard;
             fsdp_copy_d2d(s->compute, u->shard, shards + base, ub);
-            if (with_opt && gb) {  // the trainable segment's moments (first in the shard)
-                fsdp_copy_d2d(s->compute, s->opt.m + u->opt_offset, m + base, gb);
-                fsdp_copy_d2d(s->compute, s->opt.v + u->opt_offset, v + base, gb);
+            if (with_opt && gb) {  // the trainable segment's moments (m and v are laid out as the optimizer's)
+                fsdp_copy_d2d(s->compute, s->opt.m + u->opt_offset, m + u->opt_offset, gb);
+                fsdp_copy_d2d(s->compute, s->opt.v + u->opt_offset, v + u->opt_offset, gb);
             }
             base += u->shard_numel;
         }

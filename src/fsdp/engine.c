@@ -64,19 +64,6 @@ static fsdp_status compute_after_comm(fsdp_state *s) {
     return fsdp_stream_wait_event(s->compute, s->comm_done);
 }
 
-// A unit's segments (fsdp_internal.h): 0 trainable, 1 frozen.
-typedef struct {
-    int64_t flat;   // the segment's first element in the flat parameter
-    int64_t local;  // its first element in a rank's shard
-    int64_t per;    // its elements per rank
-    int64_t begin;  // this rank's first element within the segment
-} unit_segment;
-
-static unit_segment segment_of(const fsdp_unit *u, int g) {
-    if (g == 0) return (unit_segment){0, 0, u->grad_shard, u->shard_begin};
-    return (unit_segment){u->grad_padded, u->grad_shard, u->shard_numel - u->grad_shard, u->frozen_begin};
-}
-
 fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst, int trainable_only) {
     if (s->replicated) {
         size_t n = (size_t)(trainable_only ? u->grad_padded : u->padded);
@@ -487,10 +474,12 @@ void fsdp_optimizer_step(fsdp_state *s, float lr) {
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
         if (!u->grad_shard) continue;  // every parameter frozen
-        if (u->storage == SHARD_OFFLOADED && i + 1 < s->n_units) {  // page in the next unit's state meanwhile
-            const fsdp_unit *nx = &s->units[i + 1];
-            size_t bytes = sizeof(float) * (size_t)nx->grad_shard;
-            fsdp_offload_prefetch(nx->shard, sizeof(float) * (size_t)nx->shard_numel);
+        int next = i + 1;  // the next unit the optimizer updates
+        while (next < s->n_units && !s->units[next].grad_shard) next++;
+        if (u->storage == SHARD_OFFLOADED && next < s->n_units) {  // page in its state meanwhile
+            const fsdp_unit *nx = &s->units[next];
+            size_t bytes = sizeof(float) * (size_t)nx->grad_shard;  // its trainable segment: the first in the shard
+            fsdp_offload_prefetch(nx->shard, bytes);
             fsdp_offload_prefetch(nx->shard_grad, bytes);
             fsdp_offload_prefetch(s->opt.m + nx->opt_offset, bytes);
             fsdp_offload_prefetch(s->opt.v + nx->opt_offset, bytes);

@@ -157,7 +157,9 @@ void fsdp_optimizer_step(fsdp_state *s, float lr);
 // "exp_avg_sq.<name>"), and index.safetensors (for each parameter its shape "shape.<name>" and pieces
 // "pieces.<name>" = rows of (rank, first element, count); metadata: world size, strategy, trainer state,
 // each shard file's CRC-32, the fsdp_set_file_metadata pairs), then the marker DONE, written last by
-// rank 0 after every rank finished.
+// rank 0 after every rank finished. Frozen parameters (nn_param.frozen) have no moments: a checkpoint
+// saved with them frozen resumes with the same parameters frozen (with them trainable, the missing
+// "exp_avg.<name>" is an error naming it).
 // Loading works on any world size and strategy: each rank reads only the ranges it now holds.
 typedef struct {
     int64_t step;          // optimizer steps completed
@@ -220,7 +222,7 @@ typedef struct {
     int64_t shard_offset;  // first element of the parameter held by this rank
     int64_t shard_numel;   // how many (0 when the rank holds none of it)
     float *shard_data;     // (shard_numel,) device: this rank's values of those elements
-    float *shard_grad;     // (shard_numel,) device: and their gradients
+    float *shard_grad;     // (shard_numel,) device: and their gradients (NULL for a frozen parameter)
 } fsdp_named_param;
 int fsdp_named_param_count(const fsdp_state *s);
 fsdp_named_param fsdp_named_param_at(const fsdp_state *s, int i);

@@ -61,7 +61,7 @@ struct fsdp_unit {
     fsdp_shard_storage storage;
     int grad_staged;         // full_grad is one of the state's shared staging buffers (not owned)
     fsdp_event *gathered;    // recorded on the comm stream after this unit's all-gather
-    int64_t opt_offset;      // where the unit's shard sits in the optimizer state
+    int64_t opt_offset;      // where the unit's trainable shard (grad_shard elements) sits in the optimizer state
     int order_pos;           // position in the recorded forward order, -1 before it is known
     float *det_acc;          // (limbs, grad_shard) deterministic mode: the gradient's fixed-point digit
                              // sums over this step's chunks, or NULL                  FSDP_MEM_GRADS
@@ -91,7 +91,7 @@ struct fsdp_state {
     fsdp_unit *root;          // NULL when every parameter is in a block unit
     nn_hooks hooks;
     int sync;                 // the current micro-step reduces gradients
-    float *reduce_buf;        // (max shard_numel,) reduce-scatter destination  FSDP_MEM_COMM
+    float *reduce_buf;        // (max grad_shard,) reduce-scatter destination  FSDP_MEM_COMM
     fsdp_adamw opt;
     int have_opt;
     // execution order of block units, recorded in the first forward; backward runs it in reverse
@@ -109,20 +109,34 @@ struct fsdp_state {
     float *root_pool;         // (root padded,) of param_dtype, or NULL
     int debug;                // FSDP_DEBUG: 0 off, 1 INFO, 2 DETAIL
     long step;                // optimizer steps taken (for messages)
-    float *staging[2];        // (max padded,) shared gradient buffers for zero-copy reduce-scatter, or NULL
+    float *staging[2];        // (max block grad_padded,) shared gradient buffers for zero-copy reduce-scatter, or NULL
     int64_t staging_numel;
     int next_staging;
     int n_file_meta;
     char **file_meta;         // (2*n_file_meta,) key, value, ...: metadata every file written carries
     // deterministic mode (deterministic.c)
     fsdp_fixed_format det_fmt;
-    float *det_send;          // (limbs * max padded,) a unit's gradient digits, blocked per rank  FSDP_MEM_COMM
-    float *det_recv;          // (limbs * max shard_numel,) the digit sums of this rank's block     FSDP_MEM_COMM
+    float *det_send;          // (limbs * max grad_padded,) a unit's gradient digits, blocked per rank  FSDP_MEM_COMM
+    float *det_recv;          // (limbs * max grad_shard,) the digit sums of this rank's block         FSDP_MEM_COMM
     int64_t *det_words;       // (FSDP_XSUM_WORDS,) device: exact sum of squares                   FSDP_MEM_OTHER
-    float *det_grad[2];       // (max block padded,) each: block units' unsharded gradients, alternating,
+    float *det_grad[2];       // (max block grad_padded,) each: block units' unsharded gradients, alternating,
                               // so no backward maps fresh memory                              FSDP_MEM_UNSHARDED
-    float *det_root_grad;     // (root padded,) the root unit's unsharded gradient, or NULL    FSDP_MEM_UNSHARDED
+    float *det_root_grad;     // (root grad_padded,) the root unit's unsharded gradient, or NULL (no root,
+                              // or every root parameter frozen)                               FSDP_MEM_UNSHARDED
 };
+
+// A unit's segments (see fsdp_unit): 0 trainable, 1 frozen.
+typedef struct {
+    int64_t flat;   // the segment's first element in the flat parameter
+    int64_t local;  // its first element in a rank's shard
+    int64_t per;    // its elements per rank
+    int64_t begin;  // this rank's first element within the segment
+} unit_segment;
+
+static inline unit_segment segment_of(const fsdp_unit *u, int g) {
+    if (g == 0) return (unit_segment){0, 0, u->grad_shard, u->shard_begin};
+    return (unit_segment){u->grad_padded, u->grad_shard, u->shard_numel - u->grad_shard, u->frozen_begin};
+}
 
 // The piece of parameter i of unit u held by shard-group rank q (this rank: fsdp_piece_at):
 // elements [elem_begin, elem_begin + count) of the parameter, at shard_pos in that rank's shard.
@@ -132,16 +146,14 @@ typedef struct {
 
 static inline fsdp_piece fsdp_piece_of_rank(const fsdp_unit *u, int i, int64_t q) {
     fsdp_piece pc = {0, 0, 0};
-    int frozen = u->offsets[i] >= u->grad_padded;  // which segment the parameter lies in
-    int64_t seg = frozen ? u->grad_padded : 0;     // the segment's first flat element
-    int64_t per = frozen ? u->shard_numel - u->grad_shard : u->grad_shard;  // its elements per rank
-    int64_t p0 = u->offsets[i] - seg, p1 = p0 + u->params[i]->numel;
-    int64_t s0 = q * per, s1 = s0 + per;
+    unit_segment sg = segment_of(u, u->params[i]->frozen);  // the segment the parameter lies in
+    int64_t p0 = u->offsets[i] - sg.flat, p1 = p0 + u->params[i]->numel;
+    int64_t s0 = q * sg.per, s1 = s0 + sg.per;
     int64_t a = p0 > s0 ? p0 : s0, b = p1 < s1 ? p1 : s1;
     if (a < b) {
         pc.elem_begin = a - p0;
         pc.count = b - a;
-        pc.shard_pos = a - s0 + (frozen ? u->grad_shard : 0);
+        pc.shard_pos = sg.local + a - s0;
     }
     return pc;
 }

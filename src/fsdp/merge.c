@@ -62,11 +62,11 @@ fsdp_status fsdp_merge_low_rank(fsdp_state *s, const fsdp_low_rank_merge *merges
         }
         if (!any || st != FSDP_OK) continue;
         // this rank's piece of each segment back into its shard (replicated: the shard is the flat buffer)
-        int64_t per[2] = {u->grad_shard, u->shard_numel - u->grad_shard};
-        int64_t from[2] = {u->shard_begin, u->grad_padded + u->frozen_begin};
-        for (int g = 0; g < 2 && st == FSDP_OK; g++)
-            if (per[g]) st = fsdp_copy_d2d(s->compute, u->shard + (g ? u->grad_shard : 0), flat + from[g],
-                                           sizeof(float) * (size_t)per[g]);
+        for (int g = 0; g < 2 && st == FSDP_OK; g++) {
+            unit_segment sg = segment_of(u, g);
+            if (sg.per)
+                st = fsdp_copy_d2d(s->compute, u->shard + sg.local, flat + sg.flat + sg.begin, sizeof(float) * (size_t)sg.per);
+        }
         if (st == FSDP_OK) st = fsdp_stream_synchronize(s->compute);
     }
     fsdp_dev_free(s->dev, flat);

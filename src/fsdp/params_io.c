@@ -197,6 +197,9 @@ static fsdp_status save_set(fsdp_state *s, const char *path, int grads, fsdp_par
     fsdp_status cs = FSDP_OK;  // collective status: every rank takes part in every gather
     for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++) {
         fsdp_unit *u = &s->units[ui];
+        int wanted = 0;  // whether the file takes any of the unit's tensors (the same on every rank)
+        for (int i = 0; i < u->n_params; i++) wanted |= (!grads || !u->params[i]->frozen) && in_set(u->params[i], set);
+        if (!wanted) continue;
         cs = fsdp_gather_flat(s, u, grads ? u->shard_grad : u->shard, flat, grads);
         for (int i = 0; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
             if ((!grads || !u->params[i]->frozen) && in_set(u->params[i], set))

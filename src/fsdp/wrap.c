@@ -113,7 +113,7 @@ fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) {
         const char *end = strchr(at, ',');
         size_t len = end ? (size_t)(end - at) : strlen(at);
         char glob[NN_NAME_MAX + 64];
-        if (len == 0 || len >= sizeof glob)
+        if (len == 0 || len >= sizeof glob || (end && !end[1]))  // an empty glob, a trailing comma
             return fsdp_error(FSDP_ERR_INVALID_ARG, "--freeze '%s': expected comma-separated globs on parameter names "
                               "(e.g. 'h.0.*,wte.weight')", list);
         memcpy(glob, at, len);

@@ -58,6 +58,10 @@ static const struct {
 } lora_sites[] = {{GPT2_LORA_C_ATTN, "attn.c_attn"}, {GPT2_LORA_ATTN_C_PROJ, "attn.c_proj"},
                   {GPT2_LORA_C_FC, "mlp.c_fc"}, {GPT2_LORA_MLP_C_PROJ, "mlp.c_proj"}};
 
+const char *nn_gpt2_lora_target_name(int i) {
+    return i >= 0 && i < (int)(sizeof lora_sites / sizeof lora_sites[0]) ? lora_sites[i].name : NULL;
+}
+
 fsdp_status nn_gpt2_lora_targets(const char *list, unsigned *mask) {
     *mask = 0;
     for (const char *at = list; at && *at;) {

@@ -50,6 +50,8 @@ fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg);
 // The target mask of a comma-separated list of target names (c_attn, c_proj, c_fc, attn.c_proj,
 // mlp.c_proj); FSDP_ERR_INVALID_ARG naming the first name that is not a projection.
 fsdp_status nn_gpt2_lora_targets(const char *list, unsigned *mask);
+// The layer name of target bit i ("attn.c_attn" for GPT2_LORA_C_ATTN = 1 << 0, ...), NULL past the last.
+const char *nn_gpt2_lora_target_name(int i);
 // Attaches a rank-r adapter (lora.h) to every targeted projection of every block, registering
 // h.<i>.<target>.lora_A.weight / lora_B.weight (block order, then target order). Once, before fsdp_wrap.
 fsdp_status nn_gpt2_add_lora(nn_gpt2 *m, unsigned targets, int r, float alpha, float dropout);

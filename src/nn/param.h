@@ -25,6 +25,7 @@ typedef struct {
     int64_t numel;
     nn_init init;
     int frozen;   // requires_grad=False: no gradient (grad stays NULL), no optimizer state; set before fsdp_wrap
+                  // (fsdp_config.freeze sets it there), fixed after: the unit's layout follows it
     int adapter;  // a LoRA adapter's (nn/lora.h): optional in a base-weights file (fsdp_load_params)
     float *data;  // (numel,) bound view, not owned
     float *grad;  // (numel,) bound view, not owned; NULL for a frozen parameter (modules skip its gradient)

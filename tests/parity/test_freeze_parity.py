@@ -18,6 +18,7 @@ AdamW (weight decay and clip_grad_norm_ see only the trainable ones), the same w
   and the frozen block differs from the unfrozen run only in what training changed;
 - bad globs: one-line errors."""
 import fnmatch
+import json
 import os
 import sys
 
@@ -268,11 +269,27 @@ def main():
              f"{[k for k in m0 if np.array_equal(m1[k], m0[k]) != k.startswith('0.')][:5]}")
 
     # bad globs: one line, non-zero exit, naming the glob
-    for bad, want in (("h.9.*", "matches no parameter"), ("nothing", "matches no parameter"), (",", "comma-separated")):
+    for bad, want in (("h.9.*", "matches no parameter"), ("nothing", "matches no parameter"), (",", "comma-separated"),
+                      ("h.0.*,", "comma-separated")):
         r = proc([train] + model + ["--steps", "1", "--freeze", bad], expect_ok=False)
         lines = [x for x in r.stderr.strip().splitlines() if x]
-        chk.true(f"--freeze '{bad}': a one-line error", r.returncode != 0 and len(lines) == 1 and want in lines[0],
+        chk.true(f"--freeze '{bad}': a one-line error, exit 2", r.returncode == 2 and len(lines) == 1 and want in lines[0],
                  f"exit {r.returncode}: {r.stderr.strip()[:300]}")
+    r = mpirun(2, [train] + model + ["--steps", "1", "--freeze", "h.9.*"], expect_ok=False)
+    said = [x for x in r.stderr.splitlines() if "matches no parameter" in x]
+    chk.true("--freeze 'h.9.*' on 2 ranks: one line (rank 0), exit 2", r.returncode == 2 and len(said) == 1,
+             f"exit {r.returncode}, {len(said)} lines")
+    # a --config file's --freeze values are replaced by the command line's, which add up among themselves;
+    # the JSONL's config record holds the result as a string
+    cfg, jsonl = os.path.join(tmp, "freeze.cfg"), os.path.join(tmp, "freeze.jsonl")
+    with open(cfg, "w") as f:
+        f.write("freeze h.0.*\nfreeze wpe.weight\n")
+    for extra, want in (([], "h.0.*,wpe.weight"), (["--freeze", "h.1.*", "--freeze", "wte.weight"], "h.1.*,wte.weight")):
+        proc([train] + model + ["--steps", "1", "--config", cfg, "--log-jsonl", jsonl] + extra)
+        with open(jsonl) as f:
+            got = json.loads(f.readline())["config"].get("freeze")
+        chk.true(f"--config with --freeze, then {' '.join(extra) or 'nothing'} on the command line: {want}", got == want,
+                 f"got {got!r}")
     chk.report()
 
 
