@@ -475,7 +475,59 @@ def main():
         chk.true(f"{label}: a one-line error naming {', '.join(os.path.basename(w) for w in words)}",
                  r.returncode != 0 and len(lines) == 1 and all(w in lines[0] for w in words),
                  f"exit {r.returncode}: {r.stderr.strip()[:400]}")
+    readme_path(chk, train, tmp)
     chk.report()
+
+
+def readme_path(chk, train, tmp):
+    """The README's fine-tuning command on a small scale: a Hugging Face GPT-2 file (transformer. prefix,
+    attn.bias buffers, lm_head.weight), a GPT-2 byte-level BPE tokenizer directory and a text file, LoRA
+    on every projection, on 2 ranks, a checkpoint directory and --save DIR/adapter_model.safetensors;
+    then a resume from that checkpoint."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "train"))
+    from test_tokenizer import train_bpe, training_text, write_tokenizer  # noqa: E402
+    text = training_text()
+    vocab, merges = train_bpe(text, 40)
+    tok = write_tokenizer(os.path.join(tmp, "gpt2"), vocab, merges)
+    data = os.path.join(tmp, "notes.txt")
+    with open(data, "w", encoding="utf-8") as f:
+        f.write(text * 4)
+    nv, layers, c, maxt = len(vocab), 2, 32, 32
+    torch.manual_seed(1)
+    hf = {"transformer." + k: v.detach().clone() for k, v in GPT2(nv, maxt, layers, c, 2).state_dict().items()}
+    for i in range(layers):
+        hf[f"transformer.h.{i}.attn.bias"] = torch.tril(torch.ones(maxt, maxt)).view(1, 1, maxt, maxt)
+    hf["lm_head.weight"] = hf["transformer.wte.weight"]
+    hf_path = os.path.join(tmp, "gpt2", "model.safetensors")
+    st_save(hf_path, hf, {"n_head": "2"})
+    run_dir = os.path.join(tmp, "runs_notes")
+    os.makedirs(run_dir)
+    flags = ["--init", hf_path, "--tokenizer", tok, "--data", data, "--seq", "16", "--global-batch", "4", "--lr", "2e-4",
+             "--warmup", "1", "--lora-rank", "4", "--lora-alpha", "16", "--lora-targets", "c_attn,c_proj,c_fc",
+             "--ckpt-dir", os.path.join(run_dir, "ckpt"), "--threads", "1"]
+    adapters = os.path.join(run_dir, "adapter_model.safetensors")
+    r = mpirun(2, [train] + flags + ["--steps", "3", "--save", adapters])
+    losses = parse_losses(r.stdout)
+    chk.true("README path: HF weights + tokenizer + text + LoRA on 2 ranks trains (3 finite losses)",
+             len(losses) == 3 and all(math.isfinite(x) for x in losses), f"{losses}")
+    names = {k: tuple(v["shape"]) for k, v in st_read(adapters)[0].items() if k != "__metadata__"}
+    want = {}
+    for i in range(layers):
+        for target, n_out, n_in in (("attn.c_attn", 3 * c, c), ("attn.c_proj", c, c), ("mlp.c_fc", 4 * c, c),
+                                    ("mlp.c_proj", c, 4 * c)):
+            want[f"{PEFT}h.{i}.{target}.lora_A.weight"] = (4, n_in)
+            want[f"{PEFT}h.{i}.{target}.lora_B.weight"] = (n_out, 4)
+    chk.true("README path: --save wrote the adapters alone, PEFT names and shapes", names == want,
+             f"{sorted(set(names) ^ set(want))[:4]}")
+    with open(os.path.join(run_dir, "adapter_config.json")) as f:
+        cfg = json.load(f)
+    chk.true("README path: adapter_config.json beside them", cfg.get("r") == 4 and cfg.get("lora_alpha") == 16 and
+             sorted(cfg.get("target_modules", [])) == ["attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj"],
+             f"{cfg}")
+    r = mpirun(2, [train] + flags + ["--steps", "5", "--resume", "auto"])
+    more = parse_losses(r.stdout)
+    chk.true("README path: --resume auto with the same flags continues (steps 3 and 4)",
+             len(more) == 2 and all(math.isfinite(x) for x in more), f"{more}")
 
 
 if __name__ == "__main__":
