@@ -17,4 +17,5 @@ fsdp_status fsdp_load_params(fsdp_state *s, const char *path, const char *alt_pr
 int fsdp_comm_rank(const fsdp_comm *c) { abort(); }
 int fsdp_comm_size(const fsdp_comm *c) { abort(); }
 void fsdp_free_state(fsdp_state *s) { abort(); }
+fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) { abort(); }
 fsdp_dev *fsdp_dev_default(void) { return NULL; }  // cli_fsdp_config records it; the harness never uses it
