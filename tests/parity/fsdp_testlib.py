@@ -115,6 +115,13 @@ def mpirun(n, cmd, expect_ok=True, env=None, timeout=600):
     return proc(["mpirun", "-np", str(n)] + xs + list(cmd), expect_ok=expect_ok, env=env, timeout=timeout)
 
 
+def memory_line(stdout):
+    """fsdp-train --summary's `memory rank 0: key value ...` line as {key: number} ({} when missing)."""
+    line = next((x for x in stdout.splitlines() if x.startswith("memory rank 0:")), "")
+    words = line.split()[3:]
+    return {words[i]: float(words[i + 1]) for i in range(0, len(words) - 1, 2)}
+
+
 def parse_losses(stdout):
     """The losses of `step K loss L ...` lines, in order (fsdp-minimal and fsdp-train print these)."""
     return [float(line.split()[3]) for line in stdout.splitlines() if line.startswith("step ")]

@@ -25,7 +25,7 @@ import sys
 import numpy as np
 import torch
 
-from fsdp_testlib import (Checker, mpirun, parse_args, parse_losses, proc, st_load, st_read, st_save,
+from fsdp_testlib import (Checker, memory_line, mpirun, parse_args, parse_losses, proc, st_load, st_read, st_save,
                           tmpdir)
 from test_gpt2_parity import GPT2
 
@@ -96,12 +96,6 @@ def layout(globs, group):
         f = sum(k for n, k in unit if frozen(n, globs))
         out.append((up(t) + up(f), up(t)))
     return out
-
-
-def memory_line(stdout):
-    line = next((x for x in stdout.splitlines() if x.startswith("memory rank 0:")), "")
-    words = line.split()[3:]
-    return {words[i]: float(words[i + 1]) for i in range(0, len(words) - 1, 2)}
 
 
 def main():

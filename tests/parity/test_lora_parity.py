@@ -40,7 +40,8 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from fsdp_testlib import (Checker, mpirun, parse_args, parse_losses, proc, st_load, st_read, st_save, tmpdir)
+from fsdp_testlib import (Checker, memory_line, mpirun, parse_args, parse_losses, proc, st_load, st_read, st_save,
+                          tmpdir)
 from test_gpt2_parity import GPT2
 
 V, MAXT, L, C, H, T, GB = 96, 16, 3, 64, 4, 16, 12  # vocab, positions, layers, width, heads, seq, global batch
@@ -146,12 +147,6 @@ def layout(targets, group):
     root = V * C + MAXT * C + 2 * C
     units.append((up(root), 0) if targets else (up(root), up(root)))
     return units
-
-
-def memory_line(stdout):
-    line = next((x for x in stdout.splitlines() if x.startswith("memory rank 0:")), "")
-    words = line.split()[3:]
-    return {words[i]: float(words[i + 1]) for i in range(0, len(words) - 1, 2)}
 
 
 def peft_file(adapters):
