@@ -2,6 +2,9 @@
 #include "core/rng.h"
 
 #include <math.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 #define PHILOX_M0 0xD2511F53u
 #define PHILOX_M1 0xCD9E8D57u
@@ -26,6 +29,58 @@ void fsdp_philox4x32(uint64_t seed, uint64_t stream, uint64_t block, uint32_t ou
     out[0] = c0; out[1] = c1; out[2] = c2; out[3] = c3;
 }
 
+#ifdef __AVX512F__
+// 32x32 -> 64-bit products of each 32-bit lane with m: the high and low halves, lane by lane.
+static inline void mul_hi_lo(__m512i a, __m512i m, __m512i *hi, __m512i *lo) {
+    __m512i even = _mm512_mul_epu32(a, m);                          // lanes 0, 2, ...: 64-bit products
+    __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);    // lanes 1, 3, ...
+    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
+    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
+}
+
+// Philox for the 16 blocks first .. first+15, words stored in element order: out[4*b + j].  out: (64,)
+static void philox_x16(uint64_t seed, uint64_t stream, uint64_t first, uint32_t *out) {
+    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)first), lane);
+    // the high word carries where the low word wrapped
+    __mmask16 carry = _mm512_cmplt_epu32_mask(c0, _mm512_set1_epi32((int)(uint32_t)first));
+    __m512i c1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(first >> 32)), carry,
+                                       _mm512_set1_epi32((int)(uint32_t)(first >> 32)), _mm512_set1_epi32(1));
+    __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream), c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+    for (int round = 0; round < 10; round++) {
+        __m512i hi0, lo0, hi1, lo1;
+        mul_hi_lo(c0, m0, &hi0, &lo0);
+        mul_hi_lo(c2, m1, &hi1, &lo1);
+        __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
+        __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
+        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+        k0 += PHILOX_W0;
+        k1 += PHILOX_W1;
+    }
+    // (word j of block b) -> element 4b + j: a 4 x 16 transpose
+    __m512i a_lo = _mm512_unpacklo_epi32(c0, c1), a_hi = _mm512_unpackhi_epi32(c0, c1);
+    __m512i b_lo = _mm512_unpacklo_epi32(c2, c3), b_hi = _mm512_unpackhi_epi32(c2, c3);
+    __m512i r0 = _mm512_unpacklo_epi64(a_lo, b_lo), r1 = _mm512_unpackhi_epi64(a_lo, b_lo);
+    __m512i r2 = _mm512_unpacklo_epi64(a_hi, b_hi), r3 = _mm512_unpackhi_epi64(a_hi, b_hi);
+    __m512i t0 = _mm512_shuffle_i32x4(r0, r1, 0x44), t1 = _mm512_shuffle_i32x4(r2, r3, 0x44);
+    __m512i t2 = _mm512_shuffle_i32x4(r0, r1, 0xEE), t3 = _mm512_shuffle_i32x4(r2, r3, 0xEE);
+    _mm512_storeu_si512(out, _mm512_shuffle_i32x4(t0, t1, 0x88));
+    _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(t0, t1, 0xDD));
+    _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(t2, t3, 0x88));
+    _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(t2, t3, 0xDD));
+}
+#endif
+
+void fsdp_philox4x32_blocks(uint64_t seed, uint64_t stream, uint64_t first, size_t nblocks, uint32_t *out) {
+    size_t b = 0;
+#ifdef __AVX512F__
+    for (; b + 16 <= nblocks; b += 16) philox_x16(seed, stream, first + b, out + 4 * b);
+#endif
+    for (; b < nblocks; b++) fsdp_philox4x32(seed, stream, first + b, out + 4 * b);
+}
+
 static inline float u32_to_unit(uint32_t x) { return (float)(x >> 8) * (1.0f / 16777216.0f); }
 
 float fsdp_rng_uniform_at(fsdp_rng rng, uint64_t index) {
@@ -36,6 +91,20 @@ float fsdp_rng_uniform_at(fsdp_rng rng, uint64_t index) {
 
 void fsdp_rng_uniform(fsdp_rng rng, uint64_t offset, float *out, size_t n) {
     size_t k = 0;
+    // whole blocks through the batched generator, 256 elements at a time
+    while (k < n && ((offset + k) & 3) != 0) {
+        uint64_t idx = offset + k;
+        uint32_t w[4];
+        fsdp_philox4x32(rng.seed, rng.stream, idx >> 2, w);
+        for (unsigned j = (unsigned)(idx & 3); j < 4 && k < n; j++, k++) out[k] = u32_to_unit(w[j]);
+    }
+    uint32_t words[256];
+    while (n - k >= 4) {
+        size_t nb = (n - k) / 4 < 64 ? (n - k) / 4 : 64;
+        fsdp_philox4x32_blocks(rng.seed, rng.stream, (offset + k) >> 2, nb, words);
+        for (size_t j = 0; j < 4 * nb; j++) out[k + j] = u32_to_unit(words[j]);
+        k += 4 * nb;
+    }
     while (k < n) {
         uint64_t idx = offset + k;
         uint32_t w[4];

@@ -13,6 +13,9 @@ typedef struct {
 
 // Four 32-bit words for counter `block` (elements 4*block .. 4*block+3).
 void fsdp_philox4x32(uint64_t seed, uint64_t stream, uint64_t block, uint32_t out[4]);
+// The same for blocks first .. first+nblocks-1, 16 at a time with AVX-512: out[4*b + j] is word j
+// of block first+b, i.e. the words of elements 4*first .. 4*(first+nblocks)-1 in order.  out: (4*nblocks,)
+void fsdp_philox4x32_blocks(uint64_t seed, uint64_t stream, uint64_t first, size_t nblocks, uint32_t *out);
 
 // out[k] = uniform [0,1) value of element (offset + k), k < n.          out: (n,)
 void fsdp_rng_uniform(fsdp_rng rng, uint64_t offset, float *out, size_t n);

@@ -63,9 +63,11 @@ static void dropout_block(float *p, const fsdp_attention_dims *d, int bh) {
     float scale = 1.0f / (1.0f - d->dropout_p);
     fsdp_rng rng = head_rng(d);
     uint64_t base = (uint64_t)bh * T * T;
-    for (int i = 0; i < T * T; i++) {
-        float u = fsdp_rng_uniform_at(rng, base + (uint64_t)i);
-        p[i] = u >= d->dropout_p ? p[i] * scale : 0.0f;
+    float u[256];
+    for (int i0 = 0; i0 < T * T; i0 += 256) {
+        int len = T * T - i0 < 256 ? T * T - i0 : 256;
+        fsdp_rng_uniform(rng, base + (uint64_t)i0, u, (size_t)len);
+        for (int j = 0; j < len; j++) p[i0 + j] = u[j] >= d->dropout_p ? p[i0 + j] * scale : 0.0f;
     }
 }
 
