@@ -356,6 +356,37 @@ static void test_adamw(void) {
     CHECK(d.lr == 1e-3f && d.beta1 == 0.9f && d.beta2 == 0.999f && d.eps == 1e-8f && d.weight_decay == 0.01f);
 }
 
+// The vectorized kernel (16 lanes, chunks of 4096 over threads) against the scalar formula in float,
+// in the same order: the same bits for every element, including the tails of chunks and vectors.
+static void test_adamw_lanes(void) {
+    size_t n = 3 * 4096 + 16 * 7 + 5, bytes = n * sizeof(float);
+    float *p = malloc(bytes), *g = malloc(bytes), *m = malloc(bytes), *v = malloc(bytes);
+    float *rp = malloc(bytes), *rm = malloc(bytes), *rv = malloc(bytes);
+    fsdp_rng rng = {31, 32};
+    fsdp_rng_uniform_range(rng, 0, p, n, -2.0f, 2.0f);
+    fsdp_rng_uniform_range(rng, n, g, n, -1.0f, 1.0f);
+    fsdp_rng_uniform_range(rng, 2 * n, m, n, -0.1f, 0.1f);
+    fsdp_rng_uniform_range(rng, 3 * n, v, n, 0.0f, 0.01f);
+    g[7] = 0.0f, v[7] = 0.0f, m[7] = 0.0f;  // denominator eps alone
+    float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f, step_size = 0.02f, b2s = 0.3f;
+    float decay = 1.0f - lr * wd;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i], pi = p[i] * decay;
+        float mi = m[i] * b1 + (1.0f - b1) * gi;
+        float vi = v[i] * b2 + (1.0f - b2) * gi * gi;
+        rm[i] = mi, rv[i] = vi;
+        rp[i] = pi - step_size * (mi / (sqrtf(vi) / b2s + eps));
+    }
+    float *pd = dcopy(p, bytes), *gd = dcopy(g, bytes), *md = dcopy(m, bytes), *vd = dcopy(v, bytes);
+    K->adamw_update(ST, pd, gd, md, vd, n, lr, b1, b2, eps, wd, step_size, b2s);
+    download(p, pd, bytes), download(m, md, bytes), download(v, vd, bytes);
+    CHECK(memcmp(p, rp, bytes) == 0);
+    CHECK(memcmp(m, rm, bytes) == 0);
+    CHECK(memcmp(v, rv, bytes) == 0);
+    dfree(pd), dfree(gd), dfree(md), dfree(vd);
+    free(p), free(g), free(m), free(v), free(rp), free(rm), free(rv);
+}
+
 // ---------------------------------------------------------------------------------------------
 // (e) SGD vs torch.optim.SGD in double (the first step's buffer is the gradient itself)
 
@@ -682,6 +713,7 @@ int main(void) {
     test_alloc();
     test_half_conversions();
     test_adamw();
+    test_adamw_lanes();
     test_sgd_case(0.9f, 0.0f, 0.01f, 0);
     test_sgd_case(0.9f, 0.0f, 0.01f, 1);
     test_sgd_case(0.9f, 0.1f, 0.0f, 0);
