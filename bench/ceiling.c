@@ -4,6 +4,9 @@
 //     multiply-adds on 12 vector accumulators (AVX-512 zmm if the CPU has
 //     avx512f, else AVX2 ymm), enough to hide the FMA latency. FLOPs counted as
 //     2 per lane per FMA. Measured on 1 thread and on 2 threads.
+// (c) bf16 peak, where the CPU has avx512_bf16: the same loop with VDPBF16PS (16 lanes, each a
+//     2-element bf16 dot product added to fp32: 4 FLOPs per lane), on 2 threads. Zen 4/5 run it at
+//     twice the fp32 FMA rate.
 // (b) OpenBLAS SGEMM (C = A*B, row-major, no transposes) on 2 threads for a few
 //     shapes close to the GPT benchmark's GEMMs; best of several runs.
 //
@@ -12,6 +15,7 @@
 //   fma_peak_gflops_1t 215.3
 //   fma_peak_gflops_2t 430.1
 //   fma_rounds 6
+//   bf16_peak_gflops_2t 860.2        (only with avx512_bf16)
 //   sgemm_gflops_2t_2048x1536x512 350.2
 //
 // Build: cc -O2 -march=native -fopenmp -I/usr/include/x86_64-linux-gnu/openblas-pthread
@@ -37,6 +41,8 @@ static double now(void) {
 }
 
 #define NACC 12
+// OP(i) for each of the NACC accumulators, written out so the compiler keeps all 12 chains independent
+#define EACH_ACC(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11)
 
 // Runs `iters` iterations of NACC independent 16-wide FMAs; returns a value
 // derived from the accumulators so the loop cannot be optimized away.
@@ -46,19 +52,9 @@ __attribute__((target("avx512f"), noinline)) static float fma_loop_avx512(long i
     const __m512 x = _mm512_set1_ps(0.9999999f);
     const __m512 y = _mm512_set1_ps(1e-7f);
     for (long it = 0; it < iters; it++) {
-        // Written out so the compiler keeps all 12 chains independent.
-        a[0] = _mm512_fmadd_ps(a[0], x, y);
-        a[1] = _mm512_fmadd_ps(a[1], x, y);
-        a[2] = _mm512_fmadd_ps(a[2], x, y);
-        a[3] = _mm512_fmadd_ps(a[3], x, y);
-        a[4] = _mm512_fmadd_ps(a[4], x, y);
-        a[5] = _mm512_fmadd_ps(a[5], x, y);
-        a[6] = _mm512_fmadd_ps(a[6], x, y);
-        a[7] = _mm512_fmadd_ps(a[7], x, y);
-        a[8] = _mm512_fmadd_ps(a[8], x, y);
-        a[9] = _mm512_fmadd_ps(a[9], x, y);
-        a[10] = _mm512_fmadd_ps(a[10], x, y);
-        a[11] = _mm512_fmadd_ps(a[11], x, y);
+#define STEP(i) a[i] = _mm512_fmadd_ps(a[i], x, y);
+        EACH_ACC(STEP)
+#undef STEP
     }
     __m512 s = a[0];
     for (int i = 1; i < NACC; i++) s = _mm512_add_ps(s, a[i]);
@@ -71,18 +67,9 @@ __attribute__((target("avx2,fma"), noinline)) static float fma_loop_avx2(long it
     const __m256 x = _mm256_set1_ps(0.9999999f);
     const __m256 y = _mm256_set1_ps(1e-7f);
     for (long it = 0; it < iters; it++) {
-        a[0] = _mm256_fmadd_ps(a[0], x, y);
-        a[1] = _mm256_fmadd_ps(a[1], x, y);
-        a[2] = _mm256_fmadd_ps(a[2], x, y);
-        a[3] = _mm256_fmadd_ps(a[3], x, y);
-        a[4] = _mm256_fmadd_ps(a[4], x, y);
-        a[5] = _mm256_fmadd_ps(a[5], x, y);
-        a[6] = _mm256_fmadd_ps(a[6], x, y);
-        a[7] = _mm256_fmadd_ps(a[7], x, y);
-        a[8] = _mm256_fmadd_ps(a[8], x, y);
-        a[9] = _mm256_fmadd_ps(a[9], x, y);
-        a[10] = _mm256_fmadd_ps(a[10], x, y);
-        a[11] = _mm256_fmadd_ps(a[11], x, y);
+#define STEP(i) a[i] = _mm256_fmadd_ps(a[i], x, y);
+        EACH_ACC(STEP)
+#undef STEP
     }
     __m256 s = a[0];
     for (int i = 1; i < NACC; i++) s = _mm256_add_ps(s, a[i]);
@@ -91,6 +78,20 @@ __attribute__((target("avx2,fma"), noinline)) static float fma_loop_avx2(long it
     float r = 0;
     for (int i = 0; i < 8; i++) r += out[i];
     return r;
+}
+
+__attribute__((target("avx512f,avx512bf16"), noinline)) static float bf16_loop(long iters) {
+    __m512 a[NACC];
+    for (int i = 0; i < NACC; i++) a[i] = _mm512_set1_ps(0.001f * (float)i);
+    const __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3380);
+    for (long it = 0; it < iters; it++) {
+#define STEP(i) a[i] = _mm512_dpbf16_ps(a[i], x, y);
+        EACH_ACC(STEP)
+#undef STEP
+    }
+    __m512 s = a[0];
+    for (int i = 1; i < NACC; i++) s = _mm512_add_ps(s, a[i]);
+    return _mm512_reduce_add_ps(s);
 }
 
 static int use_avx512;
@@ -180,6 +181,25 @@ int main(int argc, char **argv) {
     printf("fma_peak_gflops_2t %.1f\n", best2);
     printf("fma_rounds %d\n", rounds);
     fflush(stdout);
+
+    if (__builtin_cpu_supports("avx512bf16")) {
+        double best = 0;
+        for (int r = 0; r < (quick ? 2 : 6); r++) {
+            double t_max = 0;
+#pragma omp parallel num_threads(2) reduction(max : t_max)
+            {
+#pragma omp barrier
+                double t0 = now();
+                float v = bf16_loop(iters);
+                if (v == 12345.f) sink = v;
+                t_max = now() - t0;
+            }
+            double g = 4.0 * 16 * NACC * (double)iters * 2 / t_max * 1e-9;
+            if (g > best) best = g;
+        }
+        printf("bf16_peak_gflops_2t %.1f\n", best);
+        fflush(stdout);
+    }
 
     openblas_set_num_threads(2);
     static const int shapes[][3] = {{2048, 1536, 512}, {2048, 2048, 512}};

@@ -17,7 +17,8 @@
     X(layernorm_backward, float *, float *, float *, const float *, const float *, const float *, const float *, \
       const float *, int, int)                                                                                \
     X(attention_forward, float *, float *, const float *, const fsdp_attention_dims *)                        \
-    X(attention_backward, float *, const float *, const float *, const float *, const fsdp_attention_dims *)  \
+    X(attention_backward, float *, const float *, const float *, const float *, const float *,              \
+      const fsdp_attention_dims *)                                                                            \
     X(relu_forward, float *, const float *, size_t)                                                           \
     X(relu_backward, float *, const float *, const float *, size_t)                                           \
     X(gelu_forward, float *, const float *, size_t, int)                                                      \

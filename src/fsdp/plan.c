@@ -224,7 +224,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // activations (fp32): each block's buffers (nn/transformer_block.c), the Sequential's backward
     // buffers (nn/sequential.c) and the model's own (nn/gpt2.c), or the tool's input (fsdp-minimal)
     int64_t B = in->batch, N = B * T;
-    double per_block = 4.0 * (double)(N * (11 * C + 2 * F + 4) + B * H * T * T);
+    double per_block = 4.0 * (double)(N * (11 * C + 2 * F + 4) + B * H * T);  // attention: (B, H, T) row stats
     double blocks = in->activation_checkpointing ? per_block + 4.0 * (double)(N * C) * (double)(L - 1)
                                                  : per_block * (double)L;
     double sequential = 4.0 * (double)(2 * N * C + N * (7 * C + F));

@@ -64,11 +64,12 @@ typedef struct fsdp_kernels {
                                const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
-    // qkv: rows of 3C (q | k | v); out: rows of C; att: (B, H, T, T) softmax probabilities
-    void (*attention_forward)(fsdp_stream *st, float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
-    // dqkv: rows of 3C, overwritten; dout: rows of C
-    void (*attention_backward)(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *att,
-                               const fsdp_attention_dims *d);
+    // Fused (FlashAttention-2 style: no T x T matrix is stored). qkv: rows of 3C (q | k | v); out: rows
+    // of C; stats: (B, H, T) saved for backward, each query row's log-sum-exp of its scaled scores.
+    void (*attention_forward)(fsdp_stream *st, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d);
+    // dqkv: rows of 3C, overwritten; dout, out (forward's output): rows of C; stats: as forward wrote it
+    void (*attention_backward)(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *stats, const fsdp_attention_dims *d);
 
     // elementwise over n values; gelu: tanh_approx selects PyTorch's approximate='tanh'
     void (*relu_forward)(fsdp_stream *st, float *out, const float *inp, size_t n);

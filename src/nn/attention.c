@@ -46,6 +46,6 @@ void nn_mha_backward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_di
                      const float *att, const float *ctx_out, float *scratch_c, float *scratch_3c) {
     int N = dims->B * dims->T;
     nn_linear_backward(ctx, &m->out_proj, scratch_c, 0, dout, ctx_out, N);
-    ctx->k->attention_backward(ctx->stream, scratch_3c, scratch_c, qkv, att, dims);
+    ctx->k->attention_backward(ctx->stream, scratch_3c, scratch_c, qkv, ctx_out, att, dims);
     nn_linear_backward(ctx, &m->in_proj, dinp, accumulate_dinp, scratch_3c, inp, N);
 }

@@ -21,7 +21,7 @@ void nn_mha_init_gpt2(nn_mha *m, nn_params *ps, const char *prefix, int C, int H
                       float init_std, float proj_std);
 
 // Buffers (N = B*T rows, in the row order given by dims): inp, out: (N, C); qkv: (N, 3C);
-// att: (B, H, T, T); ctx_out: (N, C)
+// att: (B, H, T) the attention kernel's row statistics (log-sum-exp); ctx_out: (N, C), read again by backward
 fsdp_status nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
                            float *qkv, float *att, float *ctx_out, const float *inp);
 // dinp (N, C): overwritten, or accumulated when accumulate_dinp. scratch_c: (N, C); scratch_3c: (N, 3C)

@@ -75,7 +75,7 @@ void nn_block_free(nn_block *blk) {
 static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)blk->cfg.d_model, F = (size_t)blk->cfg.d_ff;
     size_t H = (size_t)blk->cfg.n_heads;
-    size_t att_floats = (size_t)B * H * T * T;
+    size_t att_floats = (size_t)B * H * T;  // the fused attention's row statistics
     if (blk->dev != dev) {
         nn_block_free(blk);
         blk->dev = dev;

@@ -36,7 +36,7 @@ typedef struct nn_block_s {
     float *ln1_out;        // (N, C) norm1 output (post-LN: of r1; pre-LN: of x)
     float *ln1_mean, *ln1_rstd;  // (N,)
     float *qkv;            // (N, 3C)
-    float *att;            // (B, H, T, T)
+    float *att;            // (B, H, T) attention row statistics (log-sum-exp)
     float *attn_ctx;       // (N, C) attention output before out_proj
     float *attn_out;       // (N, C) out_proj output after dropout
     float *r1;             // (N, C) x + attn_out

@@ -6,6 +6,10 @@ A torch GPT-2 written to the documented semantics (docs/fsdp.md, "Mixed precisio
   * every matrix product (the Conv1D layers, attention's QK^T and PV, the tied LM head) rounds both
     operands to bf16 and accumulates in fp32, in forward and in each backward product (the incoming
     gradient is rounded too);
+  * attention is the fused kernel's (FlashAttention-2's) computation: the unnormalised probabilities
+    exp(S - rowmax) enter PV as bf16 and the output is divided by the row sum afterwards; backward
+    recomputes P = exp(S - logsumexp) and takes its products dV = P^T dO, dP = dO V^T, dq = dS K,
+    dk = dS^T q' with bf16 operands, dS = P (dP - rowsum(dO O)) in fp32 (FlashCore below);
   * LayerNorm, softmax, GELU, the residuals and the loss run in fp32 on fp32 activations;
   * reduce_dtype bf16 in one process: each step's gradient is rounded to bf16 once before AdamW
     (--reduce-dtype fp32 skips that).
@@ -62,6 +66,34 @@ class BF16MatMul(torch.autograd.Function):
 mm = BF16MatMul.apply
 
 
+class FlashCore(torch.autograd.Function):
+    """Causal attention core on scaled queries qs (B, H, T, hd), as the fused kernel computes it with bf16
+    products (the sequences here fit in one key block of 256, so no rescaling happens)."""
+
+    @staticmethod
+    def forward(ctx, qs, k, v):
+        T = qs.shape[-2]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        s = (r(qs) @ r(k).transpose(-2, -1)).masked_fill(mask, float("-inf"))
+        m = s.amax(-1, keepdim=True)
+        e = torch.exp(s - m)
+        l = e.sum(-1, keepdim=True)
+        o = (r(e) @ r(v)) * (1.0 / l)
+        ctx.save_for_backward(qs, k, v, o, m + torch.log(l))
+        return o
+
+    @staticmethod
+    def backward(ctx, do):
+        qs, k, v, o, lse = ctx.saved_tensors
+        T = qs.shape[-2]
+        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+        p = torch.exp((r(qs) @ r(k).transpose(-2, -1)) - lse).masked_fill(mask, 0.0)
+        dv = r(p).transpose(-2, -1) @ r(do)
+        dp = r(do) @ r(v).transpose(-2, -1)
+        ds = p * (dp - (do * o).sum(-1, keepdim=True))
+        return r(ds) @ r(k), r(ds).transpose(-2, -1) @ r(qs), dv
+
+
 class Conv1D(gpt2_parity.Conv1D):
     def forward(self, x):
         return (mm(x.reshape(-1, x.shape[-1]), rp(self.weight)) + rp(self.bias)).reshape(*x.shape[:-1], -1)
@@ -86,9 +118,7 @@ class Block(nn.Module):
         hd = C // self.H
         q, k, v = self.attn.c_attn(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.H, hd).transpose(1, 2) for t in (q, k, v))
-        att = mm(q * (1.0 / math.sqrt(hd)), k.transpose(-2, -1))  # q scaled before its product, as ours
-        att = att.masked_fill(torch.triu(torch.ones(T, T, dtype=torch.bool), 1), float("-inf"))
-        y = mm(F.softmax(att, dim=-1), v)
+        y = FlashCore.apply(q * (1.0 / math.sqrt(hd)), k, v)  # q scaled before its product, as ours
         return self.attn.c_proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
     def forward(self, x):

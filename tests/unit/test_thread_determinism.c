@@ -230,12 +230,12 @@ static void attention_case(const fsdp_kernels *k, blob *o, const shape *s) {
     float *qkv = rand_floats(rows * 3 * d.C, -1.5f, 1.5f);                // (B*T, 3C)
     float *dout = rand_floats(rows * d.C, -1.0f, 1.0f);                   // (B*T, C)
     float *out = malloc(sizeof(float) * rows * d.C);                      // (B*T, C)
-    float *att = malloc(sizeof(float) * (size_t)d.B * d.H * d.T * d.T);  // (B, H, T, T)
+    float *att = malloc(sizeof(float) * (size_t)d.B * d.H * d.T);  // (B, H, T) row statistics
     float *dqkv = malloc(sizeof(float) * rows * 3 * d.C);                 // (B*T, 3C)
     k->attention_forward(ST, out, att, qkv, &d);
     put(o, "attention_forward out", out, 4, rows * d.C);
-    put(o, "attention_forward att", att, 4, (size_t)d.B * d.H * d.T * d.T);
-    k->attention_backward(ST, dqkv, dout, qkv, att, &d);
+    put(o, "attention_forward att", att, 4, (size_t)d.B * d.H * d.T);
+    k->attention_backward(ST, dqkv, dout, qkv, out, att, &d);
     put(o, "attention_backward dqkv", dqkv, 4, rows * 3 * d.C);
     free(qkv), free(dout), free(out), free(att), free(dqkv);
 }

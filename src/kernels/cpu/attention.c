@@ -1,13 +1,27 @@
-// attention.c: scaled dot-product multi-head attention with optional causal mask and dropout on
-// the probabilities, as torch.nn.MultiheadAttention computes it (q scaled by 1/sqrt(head_dim)).
+// attention.c: scaled dot-product multi-head attention with optional causal mask and dropout on the
+// probabilities, as torch.nn.MultiheadAttention computes it (q scaled by 1/sqrt(head_dim)), fused in
+// the manner of FlashAttention-2: per (batch, head) pair, blocks of ATT_BR query rows sweep blocks of
+// ATT_BC key columns with an online softmax (running row maximum m and sum l, the output rescaled as m
+// grows). No T x T matrix is stored: forward keeps each row's log-sum-exp m + log(l), and backward
+// recomputes each block's probabilities from it. Memory is linear in T.
+//
+// Dropout: probability (i, j) of pair bh is kept iff uniform(rng, bh*T*T + i*T + j) >= p, the mask the
+// unfused kernel used; backward regenerates it. The softmax sum l is over the undropped probabilities.
+// Backward's row term D_i = sum_j P_ij dP_ij equals dO_i . O_i with or without dropout (O = (P o Z) V),
+// so it reads the forward output O.
+//
 // Each (b, h) pair is independent; threads take pairs, gather that head's q, k, v into contiguous
-// (T, hd) scratch, and run small single-threaded GEMMs.
+// (T, hd) scratch, and run small single-threaded GEMMs (the same bits on any thread count).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/vec_math.h"
+
+#define ATT_BR 64   // query rows per block
+#define ATT_BC 256  // key columns per block (T <= 256: one block, no rescaling)
 
 // row[j] = exp(row[j] - maxv) for j < n; returns the sum
 static float softmax_exp_row(float *row, int n, float maxv) {
@@ -36,127 +50,170 @@ static float softmax_exp_row(float *row, int n, float maxv) {
     return sum;
 }
 
-// copies head h of part `which` (0 q, 1 k, 2 v) of batch b out of qkv into dst (T, hd)
-static void gather_head(float *dst, const float *qkv, const fsdp_attention_dims *d, int b, int h, int which) {
+// token (b, t)'s row index
+static size_t token_row(const fsdp_attention_dims *d, int b, int t) {
+    return (size_t)(b * d->stride_b + t * d->stride_t);
+}
+
+// dst (T, hd) = head h of the rows of `rowlen` floats at column offset `col`
+static void gather_head(float *dst, const float *rows, size_t rowlen, size_t col, const fsdp_attention_dims *d, int b) {
     int hd = d->C / d->H;
-    for (int t = 0; t < d->T; t++) {
-        const float *row = qkv + (size_t)(b * d->stride_b + t * d->stride_t) * 3 * d->C;
-        memcpy(dst + (size_t)t * hd, row + which * d->C + h * hd, sizeof(float) * (size_t)hd);
-    }
+    for (int t = 0; t < d->T; t++)
+        memcpy(dst + (size_t)t * hd, rows + token_row(d, b, t) * rowlen + col, sizeof(float) * (size_t)hd);
 }
 
 // src (T, hd) into rows of `rowlen` at column offset `col`
 static void scatter_head(float *rows, size_t rowlen, size_t col, const float *src, const fsdp_attention_dims *d, int b) {
     int hd = d->C / d->H;
-    for (int t = 0; t < d->T; t++) {
-        float *row = rows + (size_t)(b * d->stride_b + t * d->stride_t) * rowlen;
-        memcpy(row + col, src + (size_t)t * hd, sizeof(float) * (size_t)hd);
-    }
+    for (int t = 0; t < d->T; t++)
+        memcpy(rows + token_row(d, b, t) * rowlen + col, src + (size_t)t * hd, sizeof(float) * (size_t)hd);
 }
 
-static fsdp_rng head_rng(const fsdp_attention_dims *d) { return d->rng; }
+// keys of block [j0, j0 + bc) that query row i sees
+static int visible(const fsdp_attention_dims *d, int i, int j0, int bc) {
+    if (!d->causal) return bc;
+    int n = i + 1 - j0;
+    return n < 0 ? 0 : n < bc ? n : bc;
+}
 
-// applies dropout in place to the (T, T) probability block of pair bh (mask index = bh*T*T + i)
-static void dropout_block(float *p, const fsdp_attention_dims *d, int bh) {
-    if (d->dropout_p <= 0.0f) return;
-    int T = d->T;
-    float scale = 1.0f / (1.0f - d->dropout_p);
-    fsdp_rng rng = head_rng(d);
-    uint64_t base = (uint64_t)bh * T * T;
-    float u[256];
-    for (int i0 = 0; i0 < T * T; i0 += 256) {
-        int len = T * T - i0 < 256 ? T * T - i0 : 256;
-        fsdp_rng_uniform(rng, base + (uint64_t)i0, u, (size_t)len);
-        for (int j = 0; j < len; j++) p[i0 + j] = u[j] >= d->dropout_p ? p[i0 + j] * scale : 0.0f;
+// p (br, bc, leading dimension bc) *= dropout mask / (1 - p) for rows i0.. and columns j0.. of pair bh
+static void dropout_tile(float *p, const fsdp_attention_dims *d, int bh, int i0, int br, int j0, int bc) {
+    float scale = 1.0f / (1.0f - d->dropout_p), u[ATT_BC];
+    uint64_t T = (uint64_t)d->T;
+    for (int r = 0; r < br; r++) {
+        fsdp_rng_uniform(d->rng, ((uint64_t)bh * T + (uint64_t)(i0 + r)) * T + (uint64_t)j0, u, (size_t)bc);
+        float *row = p + (size_t)r * bc;
+        for (int c = 0; c < bc; c++) row[c] = u[c] >= d->dropout_p ? row[c] * scale : 0.0f;
     }
 }
 
 typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
 
-static void attention_forward(gemm_fn gemm, float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
-    int T = d->T, H = d->H, hd = d->C / d->H;
+// stats: (B, H, T) log-sum-exp of each row's scaled scores
+static void attention_forward(gemm_fn gemm, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
+    int T = d->T, H = d->H, C = d->C, hd = C / H;
     float scale = 1.0f / sqrtf((float)hd);
     cpu_gemm_init();
 #pragma omp parallel
     {
-        float *q = malloc(sizeof(float) * ((size_t)3 * T * hd + (size_t)T * T));
-        float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *pd = v + (size_t)T * hd;
+        // q k v o: (T, hd); s: (ATT_BR, ATT_BC) scores, then probabilities; m, l: (ATT_BR,)
+        float *q = malloc(sizeof(float) * ((size_t)4 * T * hd + (size_t)ATT_BR * ATT_BC + 2 * ATT_BR));
+        FSDP_ASSERT(q != NULL);
+        float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *o = v + (size_t)T * hd;
+        float *s = o + (size_t)T * hd, *m = s + (size_t)ATT_BR * ATT_BC, *l = m + ATT_BR;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
-            gather_head(q, qkv, d, b, h, 0);
-            gather_head(k, qkv, d, b, h, 1);
-            gather_head(v, qkv, d, b, h, 2);
+            gather_head(q, qkv, (size_t)3 * C, (size_t)h * hd, d, b);
+            gather_head(k, qkv, (size_t)3 * C, (size_t)C + h * hd, d, b);
+            gather_head(v, qkv, (size_t)3 * C, (size_t)2 * C + h * hd, d, b);
             for (int i = 0; i < T * hd; i++) q[i] *= scale;
-            float *p = att + (size_t)bh * T * T;  // (T, T)
-            gemm(0, 1, T, T, hd, 1.0f, q, hd, k, hd, 0.0f, p, T);
-            for (int i = 0; i < T; i++) {
-                float *row = p + (size_t)i * T;
-                int valid = d->causal ? i + 1 : T;
-                float maxv = row[0];
-                for (int j = 1; j < valid; j++) maxv = row[j] > maxv ? row[j] : maxv;
-                float sum = softmax_exp_row(row, valid, maxv);
-                float inv = 1.0f / sum;
-                for (int j = 0; j < valid; j++) row[j] *= inv;
-                for (int j = valid; j < T; j++) row[j] = 0.0f;
+            float *lse = stats + (size_t)bh * T;
+            for (int i0 = 0; i0 < T; i0 += ATT_BR) {
+                int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
+                int kv_end = d->causal ? i0 + br : T;
+                float *ob = o + (size_t)i0 * hd;  // (br, hd) running output
+                memset(ob, 0, sizeof(float) * (size_t)br * hd);
+                for (int r = 0; r < br; r++) m[r] = -INFINITY, l[r] = 0.0f;
+                for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
+                    int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
+                    gemm(0, 1, br, bc, hd, 1.0f, q + (size_t)i0 * hd, hd, k + (size_t)j0 * hd, hd, 0.0f, s, bc);
+                    for (int r = 0; r < br; r++) {
+                        float *row = s + (size_t)r * bc, *orow = ob + (size_t)r * hd;
+                        int n = visible(d, i0 + r, j0, bc);
+                        if (n == 0) {
+                            memset(row, 0, sizeof(float) * (size_t)bc);
+                            continue;
+                        }
+                        float mx = m[r];
+                        for (int c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
+                        float sum = softmax_exp_row(row, n, mx);
+                        for (int c = n; c < bc; c++) row[c] = 0.0f;
+                        if (m[r] != -INFINITY && mx != m[r]) {  // rescale what earlier blocks summed
+                            float corr = expf(m[r] - mx);
+                            l[r] *= corr;
+                            for (int c = 0; c < hd; c++) orow[c] *= corr;
+                        }
+                        l[r] += sum;
+                        m[r] = mx;
+                    }
+                    if (d->dropout_p > 0.0f) dropout_tile(s, d, bh, i0, br, j0, bc);
+                    gemm(0, 0, br, hd, bc, 1.0f, s, bc, v + (size_t)j0 * hd, hd, 1.0f, ob, hd);
+                }
+                for (int r = 0; r < br; r++) {
+                    float inv = 1.0f / l[r], *orow = ob + (size_t)r * hd;
+                    for (int c = 0; c < hd; c++) orow[c] *= inv;
+                    lse[i0 + r] = m[r] + logf(l[r]);
+                }
             }
-            const float *probs = p;
-            if (d->dropout_p > 0.0f) {
-                memcpy(pd, p, sizeof(float) * (size_t)T * T);
-                dropout_block(pd, d, bh);
-                probs = pd;
-            }
-            gemm(0, 0, T, hd, T, 1.0f, probs, T, v, hd, 0.0f, q, hd);  // q reused as (T, hd) output
-            scatter_head(out, (size_t)d->C, (size_t)h * hd, q, d, b);
+            scatter_head(out, (size_t)C, (size_t)h * hd, o, d, b);
         }
         free(q);
     }
 }
 
-static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, const float *qkv, const float *att,
-                               const fsdp_attention_dims *d) {
+static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, const float *qkv, const float *out,
+                               const float *stats, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, hd = d->C / d->H, C = d->C;
     float scale = 1.0f / sqrtf((float)hd);
     cpu_gemm_init();
 #pragma omp parallel
     {
-        // q k v do dq dk dv: (T, hd) each; pd dp: (T, T)
-        float *q = malloc(sizeof(float) * ((size_t)7 * T * hd + (size_t)2 * T * T));
+        // q k v dO dq dk dv: (T, hd); p pd ds: (ATT_BR, ATT_BC); dd: (T,) row terms dO . O
+        size_t tile = (size_t)ATT_BR * ATT_BC;
+        float *q = malloc(sizeof(float) * ((size_t)7 * T * hd + 3 * tile + (size_t)T));
+        FSDP_ASSERT(q != NULL);
         float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *dO = v + (size_t)T * hd;
         float *dq = dO + (size_t)T * hd, *dk = dq + (size_t)T * hd, *dv = dk + (size_t)T * hd;
-        float *pd = dv + (size_t)T * hd, *dp = pd + (size_t)T * T;
+        float *p = dv + (size_t)T * hd, *pd = p + tile, *ds = pd + tile, *dd = ds + tile;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
-            gather_head(q, qkv, d, b, h, 0);
-            gather_head(k, qkv, d, b, h, 1);
-            gather_head(v, qkv, d, b, h, 2);
+            gather_head(q, qkv, (size_t)3 * C, (size_t)h * hd, d, b);
+            gather_head(k, qkv, (size_t)3 * C, (size_t)C + h * hd, d, b);
+            gather_head(v, qkv, (size_t)3 * C, (size_t)2 * C + h * hd, d, b);
+            gather_head(dO, dout, (size_t)C, (size_t)h * hd, d, b);
+            gather_head(dq, out, (size_t)C, (size_t)h * hd, d, b);  // O, in dq until the row terms are taken
             for (int t = 0; t < T; t++) {
-                const float *row = dout + (size_t)(b * d->stride_b + t * d->stride_t) * C;
-                memcpy(dO + (size_t)t * hd, row + h * hd, sizeof(float) * (size_t)hd);
+                float acc = 0.0f;
+                for (int c = 0; c < hd; c++) acc += dO[(size_t)t * hd + c] * dq[(size_t)t * hd + c];
+                dd[t] = acc;
             }
-            const float *p = att + (size_t)bh * T * T;
-            const float *probs = p;
-            if (d->dropout_p > 0.0f) {
-                memcpy(pd, p, sizeof(float) * (size_t)T * T);
-                dropout_block(pd, d, bh);
-                probs = pd;
+            for (int i = 0; i < T * hd; i++) q[i] *= scale;  // q' = q * scale, as forward
+            memset(dq, 0, sizeof(float) * (size_t)3 * T * hd);  // dq dk dv
+            const float *lse = stats + (size_t)bh * T;
+            for (int i0 = 0; i0 < T; i0 += ATT_BR) {
+                int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
+                int kv_end = d->causal ? i0 + br : T;
+                for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
+                    int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
+                    gemm(0, 1, br, bc, hd, 1.0f, q + (size_t)i0 * hd, hd, k + (size_t)j0 * hd, hd, 0.0f, p, bc);
+                    for (int r = 0; r < br; r++) {  // P = exp(S - lse), zero where masked
+                        float *row = p + (size_t)r * bc;
+                        int n = visible(d, i0 + r, j0, bc);
+                        if (n > 0) softmax_exp_row(row, n, lse[i0 + r]);
+                        for (int c = n; c < bc; c++) row[c] = 0.0f;
+                    }
+                    const float *pv = p;  // the probabilities that multiplied V
+                    if (d->dropout_p > 0.0f) {
+                        memcpy(pd, p, sizeof(float) * (size_t)br * bc);
+                        dropout_tile(pd, d, bh, i0, br, j0, bc);
+                        pv = pd;
+                    }
+                    // dV += P'^T dO;  dP' = dO V^T (through the dropout: dP = dP' o Z)
+                    gemm(1, 0, bc, hd, br, 1.0f, pv, bc, dO + (size_t)i0 * hd, hd, 1.0f, dv + (size_t)j0 * hd, hd);
+                    gemm(0, 1, br, bc, hd, 1.0f, dO + (size_t)i0 * hd, hd, v + (size_t)j0 * hd, hd, 0.0f, ds, bc);
+                    if (d->dropout_p > 0.0f) dropout_tile(ds, d, bh, i0, br, j0, bc);
+                    for (int r = 0; r < br; r++) {  // dS = P o (dP - D)
+                        const float *prow = p + (size_t)r * bc;
+                        float *drow = ds + (size_t)r * bc, di = dd[i0 + r];
+                        for (int c = 0; c < bc; c++) drow[c] = prow[c] * (drow[c] - di);
+                    }
+                    // dq += scale dS K;  dk += dS^T q'
+                    gemm(0, 0, br, hd, bc, scale, ds, bc, k + (size_t)j0 * hd, hd, 1.0f, dq + (size_t)i0 * hd, hd);
+                    gemm(1, 0, bc, hd, br, 1.0f, ds, bc, q + (size_t)i0 * hd, hd, 1.0f, dk + (size_t)j0 * hd, hd);
+                }
             }
-            gemm(1, 0, T, hd, T, 1.0f, probs, T, dO, hd, 0.0f, dv, hd);  // dV = P'^T dO
-            gemm(0, 1, T, T, hd, 1.0f, dO, hd, v, hd, 0.0f, dp, T);      // dP' = dO V^T
-            if (d->dropout_p > 0.0f) dropout_block(dp, d, bh);               // through the dropout
-            for (int i = 0; i < T; i++) {                                     // softmax backward
-                const float *prow = p + (size_t)i * T;
-                float *drow = dp + (size_t)i * T;
-                int valid = d->causal ? i + 1 : T;
-                float dot = 0.0f;
-                for (int j = 0; j < valid; j++) dot += prow[j] * drow[j];
-                for (int j = 0; j < valid; j++) drow[j] = prow[j] * (drow[j] - dot);
-                for (int j = valid; j < T; j++) drow[j] = 0.0f;
-            }
-            for (int i = 0; i < T * hd; i++) q[i] *= scale;                    // q' = q * scale
-            gemm(0, 0, T, hd, T, scale, dp, T, k, hd, 0.0f, dq, hd);     // dq = scale dS K
-            gemm(1, 0, T, hd, T, 1.0f, dp, T, q, hd, 0.0f, dk, hd);      // dk = dS^T q'
             scatter_head(dqkv, (size_t)3 * C, (size_t)h * hd, dq, d, b);
             scatter_head(dqkv, (size_t)3 * C, (size_t)C + h * hd, dk, d, b);
             scatter_head(dqkv, (size_t)3 * C, (size_t)2 * C + h * hd, dv, d, b);
@@ -165,21 +222,21 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
     }
 }
 
-void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
-    attention_forward(cpu_gemm, out, att, qkv, d);
+void cpu_attention_forward(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
+    attention_forward(cpu_gemm, out, stats, qkv, d);
 }
 
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *stats,
                             const fsdp_attention_dims *d) {
-    attention_backward(cpu_gemm, dqkv, dout, qkv, att, d);
+    attention_backward(cpu_gemm, dqkv, dout, qkv, out, stats, d);
 }
 
-// bf16 mixed precision: the four products per head with bf16 operands (softmax stays fp32)
-void cpu_attention_forward_bf16(float *out, float *att, const float *qkv, const fsdp_attention_dims *d) {
-    attention_forward(cpu_gemm_bf16, out, att, qkv, d);
+// bf16 mixed precision: the products per block with bf16 operands (softmax stays fp32)
+void cpu_attention_forward_bf16(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
+    attention_forward(cpu_gemm_bf16, out, stats, qkv, d);
 }
 
-void cpu_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                 const fsdp_attention_dims *d) {
-    attention_backward(cpu_gemm_bf16, dqkv, dout, qkv, att, d);
+void cpu_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                 const float *stats, const fsdp_attention_dims *d) {
+    attention_backward(cpu_gemm_bf16, dqkv, dout, qkv, out, stats, d);
 }

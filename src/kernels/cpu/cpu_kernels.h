@@ -14,12 +14,12 @@ void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *in
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, const float *mean,
                             const float *rstd, int N, int C);
-void cpu_attention_forward(float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
-void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
+void cpu_attention_forward(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d);
+void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *stats,
                             const fsdp_attention_dims *d);
-void cpu_attention_forward_bf16(float *out, float *att, const float *qkv, const fsdp_attention_dims *d);
-void cpu_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                 const fsdp_attention_dims *d);
+void cpu_attention_forward_bf16(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d);
+void cpu_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                 const float *stats, const fsdp_attention_dims *d);
 void cpu_relu_forward(float *out, const float *inp, size_t n);
 void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
 void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);

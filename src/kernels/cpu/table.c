@@ -33,17 +33,17 @@ WRAP(t_layernorm_backward, cpu_layernorm_backward,
       const float *weight, const float *mean, const float *rstd, int N, int C),
      (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
 WRAP(t_attention_forward, cpu_attention_forward,
-     (fsdp_stream *st, float *out, float *att, const float *qkv, const fsdp_attention_dims *d), (out, att, qkv, d))
+     (fsdp_stream *st, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d), (out, stats, qkv, d))
 WRAP(t_attention_backward, cpu_attention_backward,
-     (fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *att,
+     (fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *out, const float *stats,
       const fsdp_attention_dims *d),
-     (dqkv, dout, qkv, att, d))
+     (dqkv, dout, qkv, out, stats, d))
 WRAP(t_attention_forward_bf16, cpu_attention_forward_bf16,
-     (fsdp_stream *st, float *out, float *att, const float *qkv, const fsdp_attention_dims *d), (out, att, qkv, d))
+     (fsdp_stream *st, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d), (out, stats, qkv, d))
 WRAP(t_attention_backward_bf16, cpu_attention_backward_bf16,
-     (fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *att,
+     (fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *out, const float *stats,
       const fsdp_attention_dims *d),
-     (dqkv, dout, qkv, att, d))
+     (dqkv, dout, qkv, out, stats, d))
 WRAP(t_relu_forward, cpu_relu_forward, (fsdp_stream *st, float *out, const float *inp, size_t n), (out, inp, n))
 WRAP(t_relu_backward, cpu_relu_backward, (fsdp_stream *st, float *dinp, const float *dout, const float *out, size_t n),
      (dinp, dout, out, n))
