@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# bench/cpu_speed.sh: the CPU-speed figures (issue #15), all in one run, beside PyTorch's:
+#   - the machine's ceilings (bench/ceiling.c): fp32 FMA peak and, with avx512_bf16, the VDPBF16PS peak;
+#   - GPT bench model (L6 C512 H8 V256 T256), 2 ranks x 1 thread, 8 sequences per rank: fp32 tokens/s,
+#     GFLOP/s and share of the FMA peak; bf16 tokens/s, bf16/fp32 and share of the bf16 peak;
+#     PyTorch DDP (gloo, 2 ranks x 1 thread, the same 16 sequences per step), fp32;
+#   - seed model (4 x TransformerEncoderLayer(128, 4), F 2048, T 8), 2 ranks x 1 thread, 16 sequences
+#     per rank: ms/step against PyTorch on one thread with 16 sequences (the same work per core).
+# Ours: best of 2 runs (the VM's speed drifts by ~10% between runs). PyTorch: OPENBLAS_CORETYPE as in
+# the environment and Haswell, the fastest kept.
+# Knobs: BUILD=build, BENCH_PYTHON=/usr/bin/python3, BENCH_GPT_STEPS=6, BENCH_SEED_STEPS=100.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+PY=${BENCH_PYTHON:-/usr/bin/python3}
+STEPS=${BENCH_GPT_STEPS:-6}
+SEED_STEPS=${BENCH_SEED_STEPS:-100}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+LOGS=$BUILD/bench/logs
+mkdir -p "$LOGS"
+L=6 C=512 H=8 V=256 T=256 B=8   # B per rank
+GPT="--layers $L --d-model $C --heads $H --vocab $V --seq $T --batch $B --steps $STEPS"
+
+# FLOPs per step over both ranks (bench/run.sh's model: 6 N BT + attention + LM head)
+gpt_flops=$(awk -v L=$L -v C=$C -v V=$V -v T=$T -v B=$((2 * B)) \
+  'BEGIN{N = L*(12*C*C+13*C)+2*C; printf "%.0f", 6*N*B*T + L*12*B*T*T*C + 6*B*T*C*V}')
+
+cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
+flags=$(grep -m1 '^flags' /proc/cpuinfo)
+has() { case " $flags " in *" $1 "*) echo yes ;; *) echo no ;; esac; }
+echo "== CPU speed (#15), $(date -u '+%F %T') UTC: $cpu, $(nproc) cores, avx512_bf16 $(has avx512_bf16), amx_bf16 $(has amx_bf16)"
+echo "   OPENBLAS_CORETYPE in the environment: ${OPENBLAS_CORETYPE:-(unset)}"
+
+CEIL=$BUILD/bench/ceiling
+fma= bf16peak=
+if cc -O2 -march=native -fopenmp -Wall -I/usr/include/x86_64-linux-gnu/openblas-pthread bench/ceiling.c \
+     -o "$CEIL" -lopenblas 2>/dev/null && "$CEIL" >"$LOGS/speed-ceiling.log" 2>&1; then
+  fma=$(awk '$1 == "fma_peak_gflops_2t" {print $2}' "$LOGS/speed-ceiling.log")
+  bf16peak=$(awk '$1 == "bf16_peak_gflops_2t" {print $2}' "$LOGS/speed-ceiling.log")
+fi
+echo "   fp32 FMA peak, 2 threads: ${fma:-n/a} GFLOP/s; bf16 (VDPBF16PS) peak, 2 threads: ${bf16peak:-n/a} GFLOP/s"
+
+tps() { sed -n 's/^mean .* \([0-9][0-9]*\) tok\/s.*/\1/p' "$1" | tail -1; }
+best_of_2() {  # tag, flags...: best tokens/s of two runs (empty if both failed)
+  local tag=$1 best= t; shift
+  for r in 1 2; do
+    mpirun -np 2 -x OMP_NUM_THREADS=1 "$BUILD/bin/fsdp-train" $GPT "$@" >"$LOGS/speed-$tag-$r.log" 2>&1
+    t=$(tps "$LOGS/speed-$tag-$r.log")
+    [ -n "$t" ] && { [ -z "$best" ] || [ "$t" -gt "$best" ]; } && best=$t
+  done
+  echo "$best"
+}
+f32=$(best_of_2 fp32)
+b16=$(best_of_2 bf16 --mixed-precision bf16)
+
+torch_gpt=
+if "$PY" -c 'import torch' 2>/dev/null; then
+  for ct in env Haswell; do
+    log=$LOGS/speed-torch-ddp-$ct.log
+    if [ $ct = env ]; then cmd=("$PY"); else cmd=(env OPENBLAS_CORETYPE=$ct "$PY"); fi
+    "${cmd[@]}" bench/torch_gpt.py --layers $L --d-model $C --heads $H --vocab $V --seq $T --batch $((2 * B)) \
+      --steps 2 --warmup 2 --ddp >"$log" 2>&1
+    t=$(awk '$1 == "tokens_per_s" {print $2}' "$log")
+    [ -n "$t" ] && awk -v a="$t" -v b="${torch_gpt:-0}" 'BEGIN{exit !(a > b)}' && torch_gpt=$t
+  done
+fi
+
+gflops() { awk -v t="$1" -v f="$gpt_flops" -v n=$((2 * B * T)) 'BEGIN{if (t > 0) printf "%.1f", f / (n / t) * 1e-9}'; }
+pct() { awk -v g="$1" -v p="$2" 'BEGIN{if (g > 0 && p > 0) printf "%.1f%%", 100 * g / p; else print "n/a"}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{if (a > 0 && b > 0) printf "%.2fx", a / b; else print "n/a"}'; }
+echo
+printf '%-44s %12s %12s %12s %10s\n' "figure" "fsdp.c" "PyTorch" "ours/torch" "target"
+g32=$(gflops "$f32"); g16=$(gflops "$b16")
+printf '%-44s %12s %12s %12s %10s\n' "GPT fp32 tokens/s (2 ranks x 1 thread)" "${f32:-failed}" "${torch_gpt:-n/a}" \
+  "$(ratio "$f32" "$torch_gpt")" "-"
+printf '%-44s %12s %12s %12s %10s\n' "GPT fp32 GFLOP/s, share of FMA peak" "$g32 $(pct "$g32" "$fma")" "" "" ">= 75%"
+printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 tokens/s, bf16/fp32" "${b16:-failed} $(ratio "$b16" "$f32")" "" "" ">= 2.0x"
+printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 GFLOP/s, share of bf16 peak" "$g16 $(pct "$g16" "$bf16peak")" "" "" "-"
+
+# seed model: fsdp-minimal's mean line (steps 1..N-1) against torch_seed.py on one thread
+seed= torch_seed=
+for r in 1 2; do
+  mpirun -np 2 -x OMP_NUM_THREADS=1 "$BUILD/bin/fsdp-minimal" --steps "$SEED_STEPS" >"$LOGS/speed-seed-$r.log" 2>&1
+  ms=$(sed -n 's/^mean .*: \([0-9.]*\) ms\/step.*/\1/p' "$LOGS/speed-seed-$r.log")
+  [ -n "$ms" ] && awk -v a="$ms" -v b="${seed:-1e9}" 'BEGIN{exit !(a < b)}' && seed=$ms
+done
+if "$PY" -c 'import torch' 2>/dev/null; then
+  for ct in env Haswell; do
+    log=$LOGS/speed-torch-seed-$ct.log
+    if [ $ct = env ]; then cmd=("$PY"); else cmd=(env OPENBLAS_CORETYPE=$ct "$PY"); fi
+    "${cmd[@]}" bench/torch_seed.py --steps "$SEED_STEPS" --threads 1 >"$log" 2>&1
+    ms=$(awk '$1 == "ms_per_step" {print $2}' "$log")
+    [ -n "$ms" ] && awk -v a="$ms" -v b="${torch_seed:-1e9}" 'BEGIN{exit !(a < b)}' && torch_seed=$ms
+  done
+fi
+printf '%-44s %12s %12s %12s %10s\n' "seed model ms/step (16 sequences per core)" "${seed:-failed}" "${torch_seed:-n/a}" \
+  "$(ratio "$seed" "$torch_seed")" "<= 0.40x"
+echo "   (logs: $LOGS/speed-*.log)"
