@@ -87,6 +87,11 @@ static void dropout_tile(float *p, const fsdp_attention_dims *d, int bh, int i0,
     }
 }
 
+// floats of one (query block, key block) tile for sequences of T: small sequences get small scratch
+static size_t tile_floats(int T) {
+    return (size_t)(T < ATT_BR ? T : ATT_BR) * (size_t)(T < ATT_BC ? T : ATT_BC);
+}
+
 typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
 
 // stats: (B, H, T) log-sum-exp of each row's scaled scores
@@ -96,11 +101,12 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
     cpu_gemm_init();
 #pragma omp parallel
     {
-        // q k v o: (T, hd); s: (ATT_BR, ATT_BC) scores, then probabilities; m, l: (ATT_BR,)
-        float *q = malloc(sizeof(float) * ((size_t)4 * T * hd + (size_t)ATT_BR * ATT_BC + 2 * ATT_BR));
+        // q k v o: (T, hd); s: (br, bc) scores, then probabilities; m, l: (br,)
+        size_t tile = tile_floats(T);
+        float *q = malloc(sizeof(float) * ((size_t)4 * T * hd + tile + 2 * ATT_BR));
         FSDP_ASSERT(q != NULL);
         float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *o = v + (size_t)T * hd;
-        float *s = o + (size_t)T * hd, *m = s + (size_t)ATT_BR * ATT_BC, *l = m + ATT_BR;
+        float *s = o + (size_t)T * hd, *m = s + tile, *l = m + ATT_BR;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
@@ -159,8 +165,8 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
     cpu_gemm_init();
 #pragma omp parallel
     {
-        // q k v dO dq dk dv: (T, hd); p pd ds: (ATT_BR, ATT_BC); dd: (T,) row terms dO . O
-        size_t tile = (size_t)ATT_BR * ATT_BC;
+        // q k v dO dq dk dv: (T, hd); p pd ds: (br, bc) tiles; dd: (T,) row terms dO . O
+        size_t tile = tile_floats(T);
         float *q = malloc(sizeof(float) * ((size_t)7 * T * hd + 3 * tile + (size_t)T));
         FSDP_ASSERT(q != NULL);
         float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *dO = v + (size_t)T * hd;
