@@ -10,8 +10,9 @@
 // Backward's row term D_i = sum_j P_ij dP_ij equals dO_i . O_i with or without dropout (O = (P o Z) V),
 // so it reads the forward output O.
 //
-// Each (b, h) pair is independent; threads take pairs, gather that head's q, k, v into contiguous
-// (T, hd) scratch, and run small single-threaded GEMMs (the same bits on any thread count).
+// Each (b, h) pair is independent; threads take pairs and run small single-threaded GEMMs on the head's
+// rows in place (qkv, out, dout, dqkv with the row stride of the layout), the same bits on any thread
+// count.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,23 +51,15 @@ static float softmax_exp_row(float *row, int n, float maxv) {
     return sum;
 }
 
-// token (b, t)'s row index
-static size_t token_row(const fsdp_attention_dims *d, int b, int t) {
-    return (size_t)(b * d->stride_b + t * d->stride_t);
+// A head's rows in a buffer of `rowlen` floats per token: row t of head h of batch b is at
+// head_rows(...) + t * (stride_t * rowlen), so the products read and write the heads in place.
+static size_t head_offset(const fsdp_attention_dims *d, int b, size_t rowlen, size_t col) {
+    return (size_t)b * (size_t)d->stride_b * rowlen + col;
 }
 
-// dst (T, hd) = head h of the rows of `rowlen` floats at column offset `col`
-static void gather_head(float *dst, const float *rows, size_t rowlen, size_t col, const fsdp_attention_dims *d, int b) {
-    int hd = d->C / d->H;
-    for (int t = 0; t < d->T; t++)
-        memcpy(dst + (size_t)t * hd, rows + token_row(d, b, t) * rowlen + col, sizeof(float) * (size_t)hd);
-}
-
-// src (T, hd) into rows of `rowlen` at column offset `col`
-static void scatter_head(float *rows, size_t rowlen, size_t col, const float *src, const fsdp_attention_dims *d, int b) {
-    int hd = d->C / d->H;
-    for (int t = 0; t < d->T; t++)
-        memcpy(rows + token_row(d, b, t) * rowlen + col, src + (size_t)t * hd, sizeof(float) * (size_t)hd);
+// zeroes hd floats of each of the T rows at p (leading dimension ld)
+static void zero_rows(float *p, long ld, int T, int hd) {
+    for (int t = 0; t < T; t++) memset(p + (long)t * ld, 0, sizeof(float) * (size_t)hd);
 }
 
 // keys of block [j0, j0 + bc) that query row i sees
@@ -94,38 +87,38 @@ static size_t tile_floats(int T) {
 
 typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
 
-// stats: (B, H, T) log-sum-exp of each row's scaled scores
+// stats: (B, H, T) log-sum-exp of each row's scaled scores. q is scaled by the products' alpha (the
+// fp32 and bf16 GEMMs both apply alpha to A elementwise before multiplying, as a scaled copy would).
 static void attention_forward(gemm_fn gemm, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, C = d->C, hd = C / H;
     float scale = 1.0f / sqrtf((float)hd);
+    long ldq = (long)d->stride_t * 3 * C, ldo = (long)d->stride_t * C;  // row strides of a head in qkv, out
     cpu_gemm_init();
 #pragma omp parallel
     {
-        // q k v o: (T, hd); s: (br, bc) scores, then probabilities; m, l: (br,)
+        // s: (br, bc) scores, then probabilities; m, l: (br,) running maximum and sum
         size_t tile = tile_floats(T);
-        float *q = malloc(sizeof(float) * ((size_t)4 * T * hd + tile + 2 * ATT_BR));
-        FSDP_ASSERT(q != NULL);
-        float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *o = v + (size_t)T * hd;
-        float *s = o + (size_t)T * hd, *m = s + tile, *l = m + ATT_BR;
+        float *s = malloc(sizeof(float) * (tile + 2 * ATT_BR));
+        FSDP_ASSERT(s != NULL);
+        float *m = s + tile, *l = m + ATT_BR;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
-            gather_head(q, qkv, (size_t)3 * C, (size_t)h * hd, d, b);
-            gather_head(k, qkv, (size_t)3 * C, (size_t)C + h * hd, d, b);
-            gather_head(v, qkv, (size_t)3 * C, (size_t)2 * C + h * hd, d, b);
-            for (int i = 0; i < T * hd; i++) q[i] *= scale;
+            const float *q = qkv + head_offset(d, b, (size_t)3 * C, (size_t)h * hd);  // (T, hd), ld ldq
+            const float *k = q + C, *v = q + 2 * C;
+            float *o = out + head_offset(d, b, (size_t)C, (size_t)h * hd);             // (T, hd), ld ldo
             float *lse = stats + (size_t)bh * T;
             for (int i0 = 0; i0 < T; i0 += ATT_BR) {
                 int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
                 int kv_end = d->causal ? i0 + br : T;
-                float *ob = o + (size_t)i0 * hd;  // (br, hd) running output
-                memset(ob, 0, sizeof(float) * (size_t)br * hd);
+                float *ob = o + i0 * ldo;  // (br, hd) running output
+                zero_rows(ob, ldo, br, hd);
                 for (int r = 0; r < br; r++) m[r] = -INFINITY, l[r] = 0.0f;
                 for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
                     int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
-                    gemm(0, 1, br, bc, hd, 1.0f, q + (size_t)i0 * hd, hd, k + (size_t)j0 * hd, hd, 0.0f, s, bc);
+                    gemm(0, 1, br, bc, hd, scale, q + i0 * ldq, (int)ldq, k + j0 * ldq, (int)ldq, 0.0f, s, bc);
                     for (int r = 0; r < br; r++) {
-                        float *row = s + (size_t)r * bc, *orow = ob + (size_t)r * hd;
+                        float *row = s + (size_t)r * bc, *orow = ob + r * ldo;
                         int n = visible(d, i0 + r, j0, bc);
                         if (n == 0) {
                             memset(row, 0, sizeof(float) * (size_t)bc);
@@ -144,17 +137,16 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
                         m[r] = mx;
                     }
                     if (d->dropout_p > 0.0f) dropout_tile(s, d, bh, i0, br, j0, bc);
-                    gemm(0, 0, br, hd, bc, 1.0f, s, bc, v + (size_t)j0 * hd, hd, 1.0f, ob, hd);
+                    gemm(0, 0, br, hd, bc, 1.0f, s, bc, v + j0 * ldq, (int)ldq, 1.0f, ob, (int)ldo);
                 }
                 for (int r = 0; r < br; r++) {
-                    float inv = 1.0f / l[r], *orow = ob + (size_t)r * hd;
+                    float inv = 1.0f / l[r], *orow = ob + r * ldo;
                     for (int c = 0; c < hd; c++) orow[c] *= inv;
                     lse[i0 + r] = m[r] + logf(l[r]);
                 }
             }
-            scatter_head(out, (size_t)C, (size_t)h * hd, o, d, b);
         }
-        free(q);
+        free(s);
     }
 }
 
@@ -162,38 +154,35 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                                const float *stats, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, hd = d->C / d->H, C = d->C;
     float scale = 1.0f / sqrtf((float)hd);
+    long ldq = (long)d->stride_t * 3 * C, ldo = (long)d->stride_t * C;
     cpu_gemm_init();
 #pragma omp parallel
     {
-        // q k v dO dq dk dv: (T, hd); p pd ds: (br, bc) tiles; dd: (T,) row terms dO . O
+        // p pd ds: (br, bc) tiles; dd: (T,) row terms dO . O
         size_t tile = tile_floats(T);
-        float *q = malloc(sizeof(float) * ((size_t)7 * T * hd + 3 * tile + (size_t)T));
-        FSDP_ASSERT(q != NULL);
-        float *k = q + (size_t)T * hd, *v = k + (size_t)T * hd, *dO = v + (size_t)T * hd;
-        float *dq = dO + (size_t)T * hd, *dk = dq + (size_t)T * hd, *dv = dk + (size_t)T * hd;
-        float *p = dv + (size_t)T * hd, *pd = p + tile, *ds = pd + tile, *dd = ds + tile;
+        float *p = malloc(sizeof(float) * (3 * tile + (size_t)T));
+        FSDP_ASSERT(p != NULL);
+        float *pd = p + tile, *ds = pd + tile, *dd = ds + tile;
 #pragma omp for schedule(static)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
-            gather_head(q, qkv, (size_t)3 * C, (size_t)h * hd, d, b);
-            gather_head(k, qkv, (size_t)3 * C, (size_t)C + h * hd, d, b);
-            gather_head(v, qkv, (size_t)3 * C, (size_t)2 * C + h * hd, d, b);
-            gather_head(dO, dout, (size_t)C, (size_t)h * hd, d, b);
-            gather_head(dq, out, (size_t)C, (size_t)h * hd, d, b);  // O, in dq until the row terms are taken
+            size_t at3 = head_offset(d, b, (size_t)3 * C, (size_t)h * hd), at1 = head_offset(d, b, (size_t)C, (size_t)h * hd);
+            const float *q = qkv + at3, *k = q + C, *v = q + 2 * C;  // (T, hd) each, ld ldq
+            float *dq = dqkv + at3, *dk = dq + C, *dv = dq + 2 * C;   // (T, hd) each, ld ldq
+            const float *dO = dout + at1, *o = out + at1;             // (T, hd), ld ldo
             for (int t = 0; t < T; t++) {
                 float acc = 0.0f;
-                for (int c = 0; c < hd; c++) acc += dO[(size_t)t * hd + c] * dq[(size_t)t * hd + c];
+                for (int c = 0; c < hd; c++) acc += dO[t * ldo + c] * o[t * ldo + c];
                 dd[t] = acc;
             }
-            for (int i = 0; i < T * hd; i++) q[i] *= scale;  // q' = q * scale, as forward
-            memset(dq, 0, sizeof(float) * (size_t)3 * T * hd);  // dq dk dv
+            zero_rows(dq, ldq, T, hd), zero_rows(dk, ldq, T, hd), zero_rows(dv, ldq, T, hd);
             const float *lse = stats + (size_t)bh * T;
             for (int i0 = 0; i0 < T; i0 += ATT_BR) {
                 int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
                 int kv_end = d->causal ? i0 + br : T;
                 for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
                     int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
-                    gemm(0, 1, br, bc, hd, 1.0f, q + (size_t)i0 * hd, hd, k + (size_t)j0 * hd, hd, 0.0f, p, bc);
+                    gemm(0, 1, br, bc, hd, scale, q + i0 * ldq, (int)ldq, k + j0 * ldq, (int)ldq, 0.0f, p, bc);
                     for (int r = 0; r < br; r++) {  // P = exp(S - lse), zero where masked
                         float *row = p + (size_t)r * bc;
                         int n = visible(d, i0 + r, j0, bc);
@@ -207,27 +196,23 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                         pv = pd;
                     }
                     // dV += P'^T dO;  dP' = dO V^T (through the dropout: dP = dP' o Z)
-                    gemm(1, 0, bc, hd, br, 1.0f, pv, bc, dO + (size_t)i0 * hd, hd, 1.0f, dv + (size_t)j0 * hd, hd);
-                    gemm(0, 1, br, bc, hd, 1.0f, dO + (size_t)i0 * hd, hd, v + (size_t)j0 * hd, hd, 0.0f, ds, bc);
+                    gemm(1, 0, bc, hd, br, 1.0f, pv, bc, dO + i0 * ldo, (int)ldo, 1.0f, dv + j0 * ldq, (int)ldq);
+                    gemm(0, 1, br, bc, hd, 1.0f, dO + i0 * ldo, (int)ldo, v + j0 * ldq, (int)ldq, 0.0f, ds, bc);
                     if (d->dropout_p > 0.0f) dropout_tile(ds, d, bh, i0, br, j0, bc);
                     for (int r = 0; r < br; r++) {  // dS = P o (dP - D)
                         const float *prow = p + (size_t)r * bc;
                         float *drow = ds + (size_t)r * bc, di = dd[i0 + r];
                         for (int c = 0; c < bc; c++) drow[c] = prow[c] * (drow[c] - di);
                     }
-                    // dq += scale dS K;  dk += dS^T q'
-                    gemm(0, 0, br, hd, bc, scale, ds, bc, k + (size_t)j0 * hd, hd, 1.0f, dq + (size_t)i0 * hd, hd);
-                    gemm(1, 0, bc, hd, br, 1.0f, ds, bc, q + (size_t)i0 * hd, hd, 1.0f, dk + (size_t)j0 * hd, hd);
+                    // dq += scale dS K;  dk += scale dS^T q (= dS^T q' with q' = scale q)
+                    gemm(0, 0, br, hd, bc, scale, ds, bc, k + j0 * ldq, (int)ldq, 1.0f, dq + i0 * ldq, (int)ldq);
+                    gemm(1, 0, bc, hd, br, scale, ds, bc, q + i0 * ldq, (int)ldq, 1.0f, dk + j0 * ldq, (int)ldq);
                 }
             }
-            scatter_head(dqkv, (size_t)3 * C, (size_t)h * hd, dq, d, b);
-            scatter_head(dqkv, (size_t)3 * C, (size_t)C + h * hd, dk, d, b);
-            scatter_head(dqkv, (size_t)3 * C, (size_t)2 * C + h * hd, dv, d, b);
         }
-        free(q);
+        free(p);
     }
 }
-
 void cpu_attention_forward(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
     attention_forward(cpu_gemm, out, stats, qkv, d);
 }
