@@ -51,8 +51,8 @@ static float softmax_exp_row(float *row, int n, float maxv) {
     return sum;
 }
 
-// A head's rows in a buffer of `rowlen` floats per token: row t of head h of batch b is at
-// head_rows(...) + t * (stride_t * rowlen), so the products read and write the heads in place.
+// Offset of head column `col` of batch b's first token in a buffer of `rowlen` floats per token; row t of
+// that head is t * (stride_t * rowlen) further, so the products read and write the heads in place.
 static size_t head_offset(const fsdp_attention_dims *d, int b, size_t rowlen, size_t col) {
     return (size_t)b * (size_t)d->stride_b * rowlen + col;
 }
@@ -87,8 +87,9 @@ static size_t tile_floats(int T) {
 
 typedef void (*gemm_fn)(int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int);
 
-// stats: (B, H, T) log-sum-exp of each row's scaled scores. q is scaled by the products' alpha (the
-// fp32 and bf16 GEMMs both apply alpha to A elementwise before multiplying, as a scaled copy would).
+// stats: (B, H, T) log-sum-exp of each row's scaled scores. q is scaled by the products' alpha (our fp32
+// and bf16 kernels apply alpha to A elementwise before multiplying, as a scaled copy of q would; the
+// OpenBLAS path scales the product instead).
 static void attention_forward(gemm_fn gemm, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, C = d->C, hd = C / H;
     float scale = 1.0f / sqrtf((float)hd);
