@@ -53,17 +53,22 @@ best_of_2() {  # tag, flags...: best tokens/s of two runs (empty if both failed)
 f32=$(best_of_2 fp32)
 b16=$(best_of_2 bf16 --mixed-precision bf16)
 
-torch_gpt=
-if "$PY" -c 'import torch' 2>/dev/null; then
+# tag, key, max|min, script and args: the best value of `key` a PyTorch script printed over the two
+# OpenBLAS settings (empty without torch or when both runs failed)
+torch_best() {
+  local tag=$1 key=$2 better=$3 best= ct v log; shift 3
+  "$PY" -c 'import torch' 2>/dev/null || return 0
   for ct in env Haswell; do
-    log=$LOGS/speed-torch-ddp-$ct.log
-    if [ $ct = env ]; then cmd=("$PY"); else cmd=(env OPENBLAS_CORETYPE=$ct "$PY"); fi
-    "${cmd[@]}" bench/torch_gpt.py --layers $L --d-model $C --heads $H --vocab $V --seq $T --batch $((2 * B)) \
-      --steps 2 --warmup 2 --ddp >"$log" 2>&1
-    t=$(awk '$1 == "tokens_per_s" {print $2}' "$log")
-    [ -n "$t" ] && awk -v a="$t" -v b="${torch_gpt:-0}" 'BEGIN{exit !(a > b)}' && torch_gpt=$t
+    log=$LOGS/speed-torch-$tag-$ct.log
+    if [ $ct = env ]; then "$PY" "$@" >"$log" 2>&1; else OPENBLAS_CORETYPE=$ct "$PY" "$@" >"$log" 2>&1; fi
+    v=$(awk -v k="$key" '$1 == k {print $2}' "$log")
+    [ -n "$v" ] && { [ -z "$best" ] || awk -v a="$v" -v b="$best" -v m="$better" \
+      'BEGIN{exit !(m == "max" ? a > b : a < b)}'; } && best=$v
   done
-fi
+  echo "$best"
+}
+torch_gpt=$(torch_best ddp tokens_per_s max bench/torch_gpt.py --layers $L --d-model $C --heads $H --vocab $V \
+  --seq $T --batch $((2 * B)) --steps 2 --warmup 2 --ddp)
 
 gflops() { awk -v t="$1" -v f="$gpt_flops" -v n=$((2 * B * T)) 'BEGIN{if (t > 0) printf "%.1f", f / (n / t) * 1e-9}'; }
 pct() { awk -v g="$1" -v p="$2" 'BEGIN{if (g > 0 && p > 0) printf "%.1f%%", 100 * g / p; else print "n/a"}'; }
@@ -78,21 +83,13 @@ printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 tokens/s, bf16/fp32" "${b16:-fail
 printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 GFLOP/s, share of bf16 peak" "$g16 $(pct "$g16" "$bf16peak")" "" "" "-"
 
 # seed model: fsdp-minimal's mean line (steps 1..N-1) against torch_seed.py on one thread
-seed= torch_seed=
+seed=
 for r in 1 2; do
   mpirun -np 2 -x OMP_NUM_THREADS=1 "$BUILD/bin/fsdp-minimal" --steps "$SEED_STEPS" >"$LOGS/speed-seed-$r.log" 2>&1
   ms=$(sed -n 's/^mean .*: \([0-9.]*\) ms\/step.*/\1/p' "$LOGS/speed-seed-$r.log")
   [ -n "$ms" ] && awk -v a="$ms" -v b="${seed:-1e9}" 'BEGIN{exit !(a < b)}' && seed=$ms
 done
-if "$PY" -c 'import torch' 2>/dev/null; then
-  for ct in env Haswell; do
-    log=$LOGS/speed-torch-seed-$ct.log
-    if [ $ct = env ]; then cmd=("$PY"); else cmd=(env OPENBLAS_CORETYPE=$ct "$PY"); fi
-    "${cmd[@]}" bench/torch_seed.py --steps "$SEED_STEPS" --threads 1 >"$log" 2>&1
-    ms=$(awk '$1 == "ms_per_step" {print $2}' "$log")
-    [ -n "$ms" ] && awk -v a="$ms" -v b="${torch_seed:-1e9}" 'BEGIN{exit !(a < b)}' && torch_seed=$ms
-  done
-fi
+torch_seed=$(torch_best seed ms_per_step min bench/torch_seed.py --steps "$SEED_STEPS" --threads 1)
 printf '%-44s %12s %12s %12s %10s\n' "seed model ms/step (16 sequences per core)" "${seed:-failed}" "${torch_seed:-n/a}" \
   "$(ratio "$seed" "$torch_seed")" "<= 0.40x"
 echo "   (logs: $LOGS/speed-*.log)"

@@ -90,26 +90,13 @@ float fsdp_rng_uniform_at(fsdp_rng rng, uint64_t index) {
 }
 
 void fsdp_rng_uniform(fsdp_rng rng, uint64_t offset, float *out, size_t n) {
-    size_t k = 0;
-    // whole blocks through the batched generator, 256 elements at a time
-    while (k < n && ((offset + k) & 3) != 0) {
+    uint32_t words[256];  // up to 64 blocks through the batched generator per pass
+    for (size_t k = 0; k < n;) {
         uint64_t idx = offset + k;
-        uint32_t w[4];
-        fsdp_philox4x32(rng.seed, rng.stream, idx >> 2, w);
-        for (unsigned j = (unsigned)(idx & 3); j < 4 && k < n; j++, k++) out[k] = u32_to_unit(w[j]);
-    }
-    uint32_t words[256];
-    while (n - k >= 4) {
-        size_t nb = (n - k) / 4 < 64 ? (n - k) / 4 : 64;
-        fsdp_philox4x32_blocks(rng.seed, rng.stream, (offset + k) >> 2, nb, words);
-        for (size_t j = 0; j < 4 * nb; j++) out[k + j] = u32_to_unit(words[j]);
-        k += 4 * nb;
-    }
-    while (k < n) {
-        uint64_t idx = offset + k;
-        uint32_t w[4];
-        fsdp_philox4x32(rng.seed, rng.stream, idx >> 2, w);
-        for (unsigned j = (unsigned)(idx & 3); j < 4 && k < n; j++, k++) out[k] = u32_to_unit(w[j]);
+        size_t skip = (size_t)(idx & 3), want = n - k < 256 - skip ? n - k : 256 - skip;
+        fsdp_philox4x32_blocks(rng.seed, rng.stream, idx >> 2, (skip + want + 3) / 4, words);
+        for (size_t j = 0; j < want; j++) out[k + j] = u32_to_unit(words[skip + j]);
+        k += want;
     }
 }
 

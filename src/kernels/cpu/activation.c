@@ -83,9 +83,19 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
     }
 }
 
-// element i is kept iff uniform(rng, i) >= p; kept values are scaled by 1/(1-p). The words come
-// from the batched Philox (16 blocks per AVX-512 pass), 256 elements per chunk.
 #define DROPOUT_CHUNK 256
+
+void cpu_dropout_range(float *out, const float *inp, size_t n, float p, fsdp_rng rng, uint64_t offset) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, u[DROPOUT_CHUNK];
+    for (size_t i0 = 0; i0 < n; i0 += DROPOUT_CHUNK) {
+        size_t len = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
+        fsdp_rng_uniform(rng, offset + i0, u, len);
+#pragma omp simd
+        for (size_t j = 0; j < len; j++) out[i0 + j] = u[j] >= p ? inp[i0 + j] * scale : 0.0f;
+    }
+}
+
+// element i is kept iff uniform(rng, i) >= p; chunks of DROPOUT_CHUNK over threads (none under 8 chunks)
 static void dropout_apply(float *out, const float *inp, size_t n, float p, fsdp_rng rng) {
     if (p <= 0.0f) {
         if (out != inp)
@@ -93,20 +103,11 @@ static void dropout_apply(float *out, const float *inp, size_t n, float p, fsdp_
             for (size_t i = 0; i < n; i++) out[i] = inp[i];
         return;
     }
-    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     size_t nchunks = (n + DROPOUT_CHUNK - 1) / DROPOUT_CHUNK;
 #pragma omp parallel for schedule(static) if (n >= 8 * DROPOUT_CHUNK)
     for (size_t c = 0; c < nchunks; c++) {
         size_t i0 = c * DROPOUT_CHUNK, len = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
-        uint32_t w[DROPOUT_CHUNK];
-        fsdp_philox4x32_blocks(rng.seed, rng.stream, i0 / 4, (len + 3) / 4, w);
-        const float *x = inp + i0;  // (len,)
-        float *y = out + i0;        // (len,)
-#pragma omp simd
-        for (size_t j = 0; j < len; j++) {
-            float u = (float)(w[j] >> 8) * (1.0f / 16777216.0f);
-            y[j] = u >= p ? x[j] * scale : 0.0f;
-        }
+        cpu_dropout_range(out + i0, inp + i0, len, p, rng, i0);
     }
 }
 

@@ -71,13 +71,17 @@ static int visible(const fsdp_attention_dims *d, int i, int j0, int bc) {
 
 // p (br, bc, leading dimension bc) *= dropout mask / (1 - p) for rows i0.. and columns j0.. of pair bh
 static void dropout_tile(float *p, const fsdp_attention_dims *d, int bh, int i0, int br, int j0, int bc) {
-    float scale = 1.0f / (1.0f - d->dropout_p), u[ATT_BC];
     uint64_t T = (uint64_t)d->T;
-    for (int r = 0; r < br; r++) {
-        fsdp_rng_uniform(d->rng, ((uint64_t)bh * T + (uint64_t)(i0 + r)) * T + (uint64_t)j0, u, (size_t)bc);
-        float *row = p + (size_t)r * bc;
-        for (int c = 0; c < bc; c++) row[c] = u[c] >= d->dropout_p ? row[c] * scale : 0.0f;
-    }
+    for (int r = 0; r < br; r++)
+        cpu_dropout_range(p + (size_t)r * bc, p + (size_t)r * bc, (size_t)bc, d->dropout_p, d->rng,
+                          ((uint64_t)bh * T + (uint64_t)(i0 + r)) * T + (uint64_t)j0);
+}
+
+// row[c] = exp(row[c] - shift) for the n visible keys, 0 for the rest of the bc; returns the sum
+static float exp_visible(float *row, int n, int bc, float shift) {
+    float sum = n > 0 ? softmax_exp_row(row, n, shift) : 0.0f;
+    memset(row + n, 0, sizeof(float) * (size_t)(bc - n));
+    return sum;
 }
 
 // floats of one (query block, key block) tile for sequences of T: small sequences get small scratch
@@ -121,14 +125,13 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
                     for (int r = 0; r < br; r++) {
                         float *row = s + (size_t)r * bc, *orow = ob + r * ldo;
                         int n = visible(d, i0 + r, j0, bc);
-                        if (n == 0) {
-                            memset(row, 0, sizeof(float) * (size_t)bc);
+                        if (n == 0) {  // a causal row that sees none of these keys
+                            exp_visible(row, 0, bc, 0.0f);
                             continue;
                         }
                         float mx = m[r];
                         for (int c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
-                        float sum = softmax_exp_row(row, n, mx);
-                        for (int c = n; c < bc; c++) row[c] = 0.0f;
+                        float sum = exp_visible(row, n, bc, mx);
                         if (m[r] != -INFINITY && mx != m[r]) {  // rescale what earlier blocks summed
                             float corr = expf(m[r] - mx);
                             l[r] *= corr;
@@ -184,12 +187,8 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                 for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
                     int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
                     gemm(0, 1, br, bc, hd, scale, q + i0 * ldq, (int)ldq, k + j0 * ldq, (int)ldq, 0.0f, p, bc);
-                    for (int r = 0; r < br; r++) {  // P = exp(S - lse), zero where masked
-                        float *row = p + (size_t)r * bc;
-                        int n = visible(d, i0 + r, j0, bc);
-                        if (n > 0) softmax_exp_row(row, n, lse[i0 + r]);
-                        for (int c = n; c < bc; c++) row[c] = 0.0f;
-                    }
+                    for (int r = 0; r < br; r++)  // P = exp(S - lse), zero where masked
+                        exp_visible(p + (size_t)r * bc, visible(d, i0 + r, j0, bc), bc, lse[i0 + r]);
                     const float *pv = p;  // the probabilities that multiplied V
                     if (d->dropout_p > 0.0f) {
                         memcpy(pd, p, sizeof(float) * (size_t)br * bc);
@@ -214,6 +213,7 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
         free(p);
     }
 }
+
 void cpu_attention_forward(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
     attention_forward(cpu_gemm, out, stats, qkv, d);
 }

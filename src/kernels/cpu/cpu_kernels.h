@@ -24,6 +24,9 @@ void cpu_relu_forward(float *out, const float *inp, size_t n);
 void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
 void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);
 void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx);
+// out[k] = inp[k] / (1 - p) if uniform(rng, offset + k) >= p, else 0, for k < n, on the calling thread
+// (the dropout mask of kernels.h for elements offset..; out may be inp).  out, inp: (n,)
+void cpu_dropout_range(float *out, const float *inp, size_t n, float p, fsdp_rng rng, uint64_t offset);
 void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_rng rng);
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
