@@ -121,7 +121,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     nn_block_config layer = nn_encoder_layer_defaults(o->d_model, o->heads);
     layer.d_ff = o->ffn;
     layer.dropout = layer.attn_dropout = o->dropout;
-    layer.activation = o->activation ? NN_ACT_GELU : NN_ACT_RELU;
+    layer.activation = o->activation ? FSDP_ACT_GELU : FSDP_ACT_RELU;
     layer.norm_first = o->norm_first;
     layer.batch_first = o->batch_first;
     layer.causal = o->causal;

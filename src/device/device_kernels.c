@@ -14,8 +14,10 @@
     X(gemm, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int)      \
     X(gemm_b16, int, int, int, int, int, float, const float *, int, const fsdp_bf16 *, int, float, float *, int) \
     X(layernorm_forward, float *, float *, float *, const float *, const float *, const float *, int, int, float) \
+    X(residual_layernorm_forward, float *, float *, float *, float *, const float *, const float *, float,    \
+      fsdp_rng, const float *, const float *, int, int, float)                                                \
     X(layernorm_backward, float *, float *, float *, const float *, const float *, const float *, const float *, \
-      const float *, int, int)                                                                                \
+      const float *, const float *, int, int)                                                                 \
     X(attention_forward, float *, float *, const float *, const fsdp_attention_dims *)                        \
     X(attention_backward, float *, const float *, const float *, const float *, const float *,              \
       const fsdp_attention_dims *)                                                                            \
@@ -25,6 +27,8 @@
     X(gelu_backward, float *, const float *, const float *, size_t, int)                                      \
     X(dropout_forward, float *, const float *, size_t, float, fsdp_rng)                                       \
     X(dropout_backward, float *, const float *, size_t, float, fsdp_rng)                                      \
+    X(bias_act_dropout_forward, float *, float *, const float *, int, int, fsdp_activation, float, fsdp_rng)  \
+    X(act_dropout_backward, float *, const float *, const float *, size_t, fsdp_activation, float, fsdp_rng)  \
     X(add, float *, const float *, const float *, size_t)                                                     \
     X(add_inplace, float *, const float *, size_t)                                                            \
     X(add_inplace_b16, float *, const fsdp_bf16 *, size_t)                                                    \
@@ -39,7 +43,7 @@
     X(embedding_forward_b16, float *, const int32_t *, const fsdp_bf16 *, int, int, int)                      \
     X(embedding_backward, float *, const float *, const int32_t *, int, int)                                  \
     X(cross_entropy_forward, double *, float *, float *, const float *, const int32_t *, int, int)           \
-    X(cross_entropy_backward, float *, const float *, const int32_t *, float, int, int)                      \
+    X(cross_entropy_backward, float *, const float *, const float *, const int32_t *, float, int, int)        \
     X(abs_mean_forward, double *, const float *, size_t)                                                      \
     X(abs_mean_backward, float *, const float *, size_t, float)                                               \
     X(adamw_update, float *, const float *, float *, float *, size_t, float, float, float, float, float, float, \

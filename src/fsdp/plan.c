@@ -228,7 +228,7 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     double blocks = in->activation_checkpointing ? per_block + 4.0 * (double)(N * C) * (double)(L - 1)
                                                  : per_block * (double)L;
     double sequential = 4.0 * (double)(2 * N * C + N * (7 * C + F));
-    double model = in->gpt2 ? 4.0 * (double)(N * (4 * C + 2 * V + 3) + 2 * N)
+    double model = in->gpt2 ? 4.0 * (double)(N * (4 * C + V + 5) + 2 * N)
                             : 4.0 * (double)(N * C * (in->grad_accum + 1));
     // the adapters' u, du (N, R) and with dropout xd, dx (N, in), kept per adapter in every block
     // (nn/lora.c ensure_buffers), recomputation or not

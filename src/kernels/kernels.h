@@ -15,6 +15,9 @@
 
 typedef struct fsdp_stream fsdp_stream;  // device/device.h
 
+// The feed-forward activations: ReLU, exact GELU, and GELU with PyTorch's approximate='tanh'
+typedef enum { FSDP_ACT_RELU, FSDP_ACT_GELU, FSDP_ACT_GELU_TANH } fsdp_activation;
+
 typedef struct {
     int B, T, C, H;        // batch, sequence, channels, heads (C % H == 0)
     int64_t stride_b;      // row of token (b, t) is b*stride_b + t*stride_t
@@ -59,9 +62,15 @@ typedef struct fsdp_kernels {
     // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,)
     void (*layernorm_forward)(fsdp_stream *st, float *out, float *mean, float *rstd, const float *inp,
                               const float *weight, const float *bias, int N, int C, float eps);
-    // dinp: (N, C) overwritten; dweight, dbias: (C,) accumulated, each may be NULL (a frozen parameter)
+    // Fused with the residual add before it: res = a + dropout(b), out = LayerNorm(res), one pass per row.
+    // res, out, a, b: (N, C) (res may be a or b); p, rng: the dropout on b (one call over N*C values)
+    void (*residual_layernorm_forward)(fsdp_stream *st, float *res, float *out, float *mean, float *rstd,
+                                       const float *a, const float *b, float p, fsdp_rng rng, const float *weight,
+                                       const float *bias, int N, int C, float eps);
+    // dinp: (N, C) overwritten with LayerNorm's input gradient plus dres (N, C), the gradient a residual
+    // branch adds (NULL: none); dweight, dbias: (C,) accumulated, each may be NULL (a frozen parameter)
     void (*layernorm_backward)(fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout,
-                               const float *inp, const float *weight, const float *mean,
+                               const float *dres, const float *inp, const float *weight, const float *mean,
                                const float *rstd, int N, int C);
 
     // Fused (FlashAttention-2 style: no T x T matrix is stored). qkv: rows of 3C (q | k | v); out: rows
@@ -78,6 +87,13 @@ typedef struct fsdp_kernels {
     void (*gelu_backward)(fsdp_stream *st, float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx);
     void (*dropout_forward)(fsdp_stream *st, float *out, const float *inp, size_t n, float p, fsdp_rng rng);
     void (*dropout_backward)(fsdp_stream *st, float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
+    // Fused: pre (N, F) += bias (F,) (a GEMM's product becomes the layer's output), then act (N, F) =
+    // dropout(activation(pre)) (the dropout of one call over N*F values; p = 0: none)
+    void (*bias_act_dropout_forward)(fsdp_stream *st, float *pre, float *act, const float *bias, int N, int F,
+                                     fsdp_activation a, float p, fsdp_rng rng);
+    // dpre (n,) = activation'(pre) * the dropout's backward of dact (n,); dpre may be dact
+    void (*act_dropout_backward)(fsdp_stream *st, float *dpre, const float *dact, const float *pre, size_t n,
+                                 fsdp_activation a, float p, fsdp_rng rng);
 
     void (*add)(fsdp_stream *st, float *out, const float *a, const float *b, size_t n);  // out = a + b
     void (*add_inplace)(fsdp_stream *st, float *acc, const float *b, size_t n);         // acc += b
@@ -105,12 +121,15 @@ typedef struct fsdp_kernels {
     // dtable: (V, C) += scattered dout (N, C)
     void (*embedding_backward)(fsdp_stream *st, float *dtable, const float *dout, const int32_t *idx, int N, int C);
 
-    // logits: (N, V); probs: (N, V) softmax; losses: (N,); loss: (1,) device, the mean loss over N rows
-    void (*cross_entropy_forward)(fsdp_stream *st, double *loss, float *losses, float *probs, const float *logits,
+    // Fused with the softmax: the probabilities are never stored. logits: (N, V); losses: (N,); loss: (1,)
+    // device, the mean loss over N rows; stats: (N, 2) saved for backward, each row's maximum logit and
+    // the reciprocal of its sum of exp(logit - maximum)
+    void (*cross_entropy_forward)(fsdp_stream *st, double *loss, float *losses, float *stats, const float *logits,
                                   const int32_t *targets, int N, int V);
-    // dlogits: (N, V) overwritten with (probs - onehot) * dloss
-    void (*cross_entropy_backward)(fsdp_stream *st, float *dlogits, const float *probs, const int32_t *targets,
-                                   float dloss, int N, int V);
+    // dlogits: (N, V) overwritten with (softmax(logits) - onehot) * dloss, the softmax recomputed from
+    // stats; dlogits may be logits (in place)
+    void (*cross_entropy_backward)(fsdp_stream *st, float *dlogits, const float *logits, const float *stats,
+                                   const int32_t *targets, float dloss, int N, int V);
     // The seed's model(x).abs().mean(): loss (1,) device = mean |y| over y (n,), accumulated in double;
     // dy (n,) overwritten with sign(y) * dloss / n.
     void (*abs_mean_forward)(fsdp_stream *st, double *loss, const float *y, size_t n);

@@ -24,7 +24,7 @@ fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg) {
     bc.d_ff = 4 * C;
     bc.dropout = cfg.dropout;
     bc.attn_dropout = cfg.dropout;
-    bc.activation = NN_ACT_GELU_TANH;
+    bc.activation = FSDP_ACT_GELU_TANH;
     bc.norm_first = 1;
     bc.causal = 1;
     bc.batch_first = 1;
@@ -42,11 +42,11 @@ fsdp_status nn_gpt2_create(nn_gpt2 *m, nn_gpt2_config cfg) {
 
 static void free_activations(nn_gpt2 *m) {
     void *bufs[] = {m->idx, m->targets, m->emb, m->lnf_out, m->lnf_mean, m->lnf_rstd, m->logits,
-                    m->probs, m->losses, m->dx, m->demb, m->loss};
+                    m->ce_stats, m->losses, m->dx, m->demb, m->loss};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         if (bufs[i]) fsdp_dev_free(m->dev, bufs[i]);
     m->idx = m->targets = NULL;
-    m->emb = m->lnf_out = m->lnf_mean = m->lnf_rstd = m->logits = m->probs = m->losses = NULL;
+    m->emb = m->lnf_out = m->lnf_mean = m->lnf_rstd = m->logits = m->ce_stats = m->losses = NULL;
     m->dx = m->demb = NULL;
     m->loss = NULL;
     m->capacity_rows = 0;
@@ -134,7 +134,7 @@ static fsdp_status ensure_activations(nn_gpt2 *m, fsdp_dev *dev, int B, int T) {
     m->loss = fsdp_dev_alloc(dev, sizeof(double), FSDP_MEM_ACTIVATIONS);
     struct { float **p; size_t n; } want[] = {
         {&m->emb, N * C}, {&m->lnf_out, N * C}, {&m->lnf_mean, N}, {&m->lnf_rstd, N},
-        {&m->logits, N * V}, {&m->probs, N * V}, {&m->losses, N}, {&m->dx, N * C}, {&m->demb, N * C},
+        {&m->logits, N * V}, {&m->ce_stats, N * 2}, {&m->losses, N}, {&m->dx, N * C}, {&m->demb, N * C},
     };
     if (!m->idx || !m->targets || !m->loss) return FSDP_ERR_NOMEM;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -179,7 +179,7 @@ fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, c
     FSDP_CHECK(nn_sequential_forward(ctx, &m->blocks, m->emb, B, T, &x));
     nn_layernorm_forward(ctx, &m->ln_f, m->lnf_out, m->lnf_mean, m->lnf_rstd, x, N);
     nn_gemm_param(ctx, 0, 1, N, V, C, m->lnf_out, C, m->wte.weight, C, 0.0f, m->logits, V);
-    k->cross_entropy_forward(st, m->loss, m->losses, m->probs, m->logits, m->targets, N, V);
+    k->cross_entropy_forward(st, m->loss, m->losses, m->ce_stats, m->logits, m->targets, N, V);
     return FSDP_OK;
 }
 
@@ -188,12 +188,12 @@ fsdp_status nn_gpt2_backward(const nn_ctx *ctx, nn_gpt2 *m, float dloss) {
     fsdp_stream *st = ctx->stream;
     int B = m->B, T = m->T, N = B * T, C = m->cfg.n_embd, V = m->cfg.vocab_size;
     float *dlogits = m->logits;  // (N, V): logits are not needed any more
-    k->cross_entropy_backward(st, dlogits, m->probs, m->targets, dloss / (float)N, N, V);
+    k->cross_entropy_backward(st, dlogits, m->logits, m->ce_stats, m->targets, dloss / (float)N, N, V);
     nn_gemm_param(ctx, 0, 0, N, C, V, dlogits, V, m->wte.weight, C, 0.0f, m->dx, C);  // d lnf_out
     if (m->wte.weight->grad)  // not when frozen
         k->gemm(st, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf_out, C, 1.0f, m->wte.weight->grad, C);
     const float *x_last = m->blocks.count ? m->blocks.blocks[m->blocks.count - 1].out : m->emb;
-    nn_layernorm_backward(ctx, &m->ln_f, m->demb, m->dx, x_last, m->lnf_mean, m->lnf_rstd, N);
+    nn_layernorm_backward(ctx, &m->ln_f, m->demb, m->dx, NULL, x_last, m->lnf_mean, m->lnf_rstd, N);
     FSDP_CHECK(nn_sequential_backward(ctx, &m->blocks, m->demb, m->emb, m->dx));  // dx = d emb
     k->dropout_backward(st, m->dx, m->dx, (size_t)N * C, ctx->training ? m->cfg.dropout : 0.0f,
                         nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));

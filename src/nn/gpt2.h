@@ -39,7 +39,7 @@ typedef struct {
     float *lnf_out;          // (N, C)
     float *lnf_mean, *lnf_rstd;  // (N,)
     float *logits;           // (N, V); then overwritten by dlogits in backward
-    float *probs;            // (N, V)
+    float *ce_stats;         // (N, 2) the cross-entropy's row statistics (kernels.h)
     float *losses;           // (N,)
     float *dx;               // (N, C)
     float *demb;             // (N, C)

@@ -17,10 +17,17 @@ void nn_layernorm_forward(const nn_ctx *ctx, const nn_layernorm *ln, float *out,
     ctx->k->layernorm_forward(ctx->stream, out, mean, rstd, inp, w, b, N, ln->C, ln->eps);
 }
 
+void nn_residual_layernorm_forward(const nn_ctx *ctx, const nn_layernorm *ln, float *res, float *out, float *mean,
+                                   float *rstd, const float *a, const float *b, float p, fsdp_rng rng, int N) {
+    const float *w = nn_param_f32(ctx, ln->weight), *bias = nn_param_f32(ctx, ln->bias);
+    FSDP_ASSERT(w && bias);
+    ctx->k->residual_layernorm_forward(ctx->stream, res, out, mean, rstd, a, b, p, rng, w, bias, N, ln->C, ln->eps);
+}
+
 void nn_layernorm_backward(const nn_ctx *ctx, const nn_layernorm *ln, float *dinp, const float *dout,
-                           const float *inp, const float *mean, const float *rstd, int N) {
+                           const float *dres, const float *inp, const float *mean, const float *rstd, int N) {
     const float *w = nn_param_f32(ctx, ln->weight);
     FSDP_ASSERT(w != NULL);
-    ctx->k->layernorm_backward(ctx->stream, dinp, ln->weight->grad, ln->bias->grad, dout, inp, w, mean, rstd, N,
-                               ln->C);
+    ctx->k->layernorm_backward(ctx->stream, dinp, ln->weight->grad, ln->bias->grad, dout, dres, inp, w, mean, rstd,
+                               N, ln->C);
 }

@@ -23,15 +23,25 @@ void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, in
     else k->gemm(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data, ldb, beta, C, ldc);
 }
 
+// out = beta * out + inp W^T (Conv1D: inp W), plus the adapter's term
+static fsdp_status linear_product(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N,
+                                  float beta) {
+    if (l->conv1d) nn_gemm_param(ctx, 0, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, beta, out, l->out);
+    else nn_gemm_param(ctx, 0, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, beta, out, l->out);
+    return l->lora ? nn_lora_forward(ctx, l->lora, out, inp, N) : FSDP_OK;
+}
+
 fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
     // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm. A bias bound in
     // bf16 is widened into its device scratch first (nn_param_f32).
     const float *bias = nn_param_f32(ctx, l->bias);
     FSDP_ASSERT(bias != NULL);
     ctx->k->fill_rows(ctx->stream, out, bias, N, l->out);
-    if (l->conv1d) nn_gemm_param(ctx, 0, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, 1.0f, out, l->out);
-    else nn_gemm_param(ctx, 0, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, 1.0f, out, l->out);
-    return l->lora ? nn_lora_forward(ctx, l->lora, out, inp, N) : FSDP_OK;
+    return linear_product(ctx, l, out, inp, N, 1.0f);
+}
+
+fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
+    return linear_product(ctx, l, out, inp, N, 0.0f);
 }
 
 void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,

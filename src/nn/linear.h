@@ -22,6 +22,9 @@ void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, in
                    const nn_param *P, int ldb, float beta, float *C, int ldc);
 // out: (N, out) = inp (N, in) @ W^T + b (+ the adapter's term)
 fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
+// The same product without the bias: out (N, out) = inp W^T (+ the adapter's term), for a caller whose
+// next kernel adds the bias itself (bias_act_dropout_forward)
+fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
 // dW, db += ... (skipped for a frozen weight or bias: grad NULL); dinp (N, in) = dout @ W (+= when
 // accumulate_dinp), plus the adapter's term; dinp may be NULL
 void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,

@@ -13,7 +13,7 @@ nn_block_config nn_encoder_layer_defaults(int d_model, int n_heads) {
     c.d_ff = 2048;
     c.dropout = 0.1f;
     c.attn_dropout = 0.1f;
-    c.activation = NN_ACT_RELU;
+    c.activation = FSDP_ACT_RELU;
     c.ffn_dropout = 1;
     c.ln_eps = 1e-5f;
     return c;
@@ -141,36 +141,25 @@ static fsdp_attention_dims attention_dims(const nn_ctx *ctx, const nn_block *blk
 
 static float site_p(const nn_ctx *ctx, float p) { return ctx->training ? p : 0.0f; }
 
-static void activation_forward(const nn_ctx *ctx, nn_activation a, float *out, const float *inp, size_t n) {
-    if (a == NN_ACT_RELU) ctx->k->relu_forward(ctx->stream, out, inp, n);
-    else ctx->k->gelu_forward(ctx->stream, out, inp, n, a == NN_ACT_GELU_TANH);
+// the FFN's inner dropout (between activation and fc2), none where the block has no such site
+static float inner_p(const nn_ctx *ctx, const nn_block *blk) {
+    return blk->cfg.ffn_dropout ? site_p(ctx, blk->cfg.dropout) : 0.0f;
 }
 
-// dinp may alias dout; inp is the activation's input (relu: f1 > 0 iff relu(f1) > 0)
-static void activation_backward(const nn_ctx *ctx, nn_activation a, float *dinp, const float *dout,
-                                const float *inp, size_t n) {
-    if (a == NN_ACT_RELU) ctx->k->relu_backward(ctx->stream, dinp, dout, inp, n);
-    else ctx->k->gelu_backward(ctx->stream, dinp, dout, inp, n, a == NN_ACT_GELU_TANH);
-}
-
-// fc1 -> activation -> (dropout) -> fc2 -> dropout; inp (N, C) -> blk->f2 (N, C)
+// fc1 (its bias, activation and inner dropout in one fused pass) -> fc2; inp (N, C) -> blk->f2 (N, C),
+// before the output dropout (which the caller fuses into its residual add)
 static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int N) {
-    const fsdp_kernels *k = ctx->k;
-    fsdp_stream *st = ctx->stream;
-    size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
-    FSDP_CHECK(nn_linear_forward(ctx, &blk->fc1, blk->f1, inp, N));
-    activation_forward(ctx, blk->cfg.activation, blk->act, blk->f1, NF);
-    if (blk->cfg.ffn_dropout)
-        k->dropout_forward(st, blk->act, blk->act, NF, site_p(ctx, blk->cfg.dropout),
-                           nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    FSDP_CHECK(nn_linear_forward(ctx, &blk->fc2, blk->f2, blk->act, N));
-    k->dropout_forward(st, blk->f2, blk->f2, NC, site_p(ctx, blk->cfg.dropout),
-                       nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
-    return FSDP_OK;
+    FSDP_CHECK(nn_linear_forward_no_bias(ctx, &blk->fc1, blk->f1, inp, N));
+    const float *b1 = nn_param_f32(ctx, blk->fc1.bias);
+    FSDP_ASSERT(b1 != NULL);
+    ctx->k->bias_act_dropout_forward(ctx->stream, blk->f1, blk->act, b1, N, blk->cfg.d_ff, blk->cfg.activation,
+                                     inner_p(ctx, blk), nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
+    return nn_linear_forward(ctx, &blk->fc2, blk->f2, blk->act, N);
 }
 
-// d_ffn_out (N, C) -> dinp (N, C) accumulated into; sf: (N, F) scratch; sc: (N, C) scratch
-static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *d_ffn_out,
+// d_ffn_out (N, C) -> dinp (N, C), accumulated into when accumulate (else overwritten); sf: (N, F)
+// scratch; sc: (N, C) scratch
+static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accumulate, const float *d_ffn_out,
                          const float *inp, float *sf, float *sc, int N) {
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
@@ -178,13 +167,13 @@ static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const fl
     k->dropout_backward(st, sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
                         nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
     nn_linear_backward(ctx, &blk->fc2, sf, 0, sc, blk->act, N);
-    if (blk->cfg.ffn_dropout)
-        k->dropout_backward(st, sf, sf, NF, site_p(ctx, blk->cfg.dropout),
+    k->act_dropout_backward(st, sf, sf, blk->f1, NF, blk->cfg.activation, inner_p(ctx, blk),
                             nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    activation_backward(ctx, blk->cfg.activation, sf, sf, blk->f1, NF);
-    nn_linear_backward(ctx, &blk->fc1, dinp, 1, sf, inp, N);
+    nn_linear_backward(ctx, &blk->fc1, dinp, accumulate, sf, inp, N);
 }
 
+// The residual adds are fused into the LayerNorm after them (with the dropout on the branch) where one
+// follows: post-LN both, pre-LN the attention's; pre-LN's FFN residual ends the block.
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T) {
     FSDP_CHECK(ensure_buffers(blk, ctx->dev, B, T));
     const fsdp_kernels *k = ctx->k;
@@ -192,24 +181,27 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
     int N = B * T;
     size_t NC = (size_t)N * blk->cfg.d_model;
     fsdp_attention_dims dims = attention_dims(ctx, blk);
-    const float *attn_in = inp;
+    float p = site_p(ctx, blk->cfg.dropout);
+    fsdp_rng rng_attn_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
+    fsdp_rng rng_ffn_out = nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT);
     if (blk->cfg.norm_first) {
+        // r1 = x + dropout(attn(norm1(x))); out = r1 + dropout(ffn(norm2(r1)))
         nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp, N);
-        attn_in = blk->ln1_out;
-    }
-    FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, attn_in));
-    k->dropout_forward(st, blk->attn_out, blk->attn_out, NC, site_p(ctx, blk->cfg.dropout),
-                       nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT));
-    k->add(st, blk->r1, inp, blk->attn_out, NC);
-    if (blk->cfg.norm_first) {
-        nn_layernorm_forward(ctx, &blk->norm2, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, blk->r1, N);
+        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx,
+                                  blk->ln1_out));
+        nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r1, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, inp,
+                                      blk->attn_out, p, rng_attn_out, N);
         FSDP_CHECK(ffn_forward(ctx, blk, blk->ln2_out, N));
+        k->dropout_forward(st, blk->f2, blk->f2, NC, p, rng_ffn_out);
         k->add(st, blk->out, blk->r1, blk->f2, NC);
     } else {
-        nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, blk->r1, N);
+        // r1 = x + dropout(attn(x)); h1 = norm1(r1); r2 = h1 + dropout(ffn(h1)); out = norm2(r2)
+        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, inp));
+        nn_residual_layernorm_forward(ctx, &blk->norm1, blk->r1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp,
+                                      blk->attn_out, p, rng_attn_out, N);
         FSDP_CHECK(ffn_forward(ctx, blk, blk->ln1_out, N));
-        k->add(st, blk->r2, blk->ln1_out, blk->f2, NC);
-        nn_layernorm_forward(ctx, &blk->norm2, blk->out, blk->ln2_mean, blk->ln2_rstd, blk->r2, N);
+        nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r2, blk->out, blk->ln2_mean, blk->ln2_rstd,
+                                      blk->ln1_out, blk->f2, p, rng_ffn_out, N);
     }
     return FSDP_OK;
 }
@@ -227,21 +219,18 @@ void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const floa
     float p_out = site_p(ctx, blk->cfg.dropout);
     fsdp_rng rng_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
     if (blk->cfg.norm_first) {
-        // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x))
-        FSDP_ASSERT(fsdp_dev_memset(st, s2, 0, NC * sizeof(float)) == FSDP_OK);
-        ffn_backward(ctx, blk, s2, dout, blk->ln2_out, sf, s3, N);           // s2 = d ln2_out
-        nn_layernorm_backward(ctx, &blk->norm2, s3, s2, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);
-        k->add(st, d1, dout, s3, NC);                                         // d1 = d r1
+        // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x)); the residuals' adds ride on the norms' backward
+        ffn_backward(ctx, blk, s2, 0, dout, blk->ln2_out, sf, s3, N);         // s2 = d ln2_out
+        nn_layernorm_backward(ctx, &blk->norm2, d1, s2, dout, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);  // d r1
         k->dropout_backward(st, s2, d1, NC, p_out, rng_out);                  // s2 = d attn_out
         nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, s2, blk->ln1_out, blk->qkv, blk->att,
                         blk->attn_ctx, s3, s3c);                              // s4 = d ln1_out
-        nn_layernorm_backward(ctx, &blk->norm1, dinp, s4, inp, blk->ln1_mean, blk->ln1_rstd, N);
-        k->add_inplace(st, dinp, d1, NC);
+        nn_layernorm_backward(ctx, &blk->norm1, dinp, s4, d1, inp, blk->ln1_mean, blk->ln1_rstd, N);
     } else {
         // r1 = x + attn(x); h1 = norm1(r1); out = norm2(h1 + ffn(h1))
-        nn_layernorm_backward(ctx, &blk->norm2, d1, dout, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
-        ffn_backward(ctx, blk, d1, d1, blk->ln1_out, sf, s2, N);             // d1 = d h1 (residual + ffn)
-        nn_layernorm_backward(ctx, &blk->norm1, s2, d1, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // s2 = d r1
+        nn_layernorm_backward(ctx, &blk->norm2, d1, dout, NULL, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
+        ffn_backward(ctx, blk, d1, 1, d1, blk->ln1_out, sf, s2, N);          // d1 = d h1 (residual + ffn)
+        nn_layernorm_backward(ctx, &blk->norm1, s2, d1, NULL, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // d r1
         k->dropout_backward(st, s3, s2, NC, p_out, rng_out);                  // s3 = d attn_out
         nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, s3, inp, blk->qkv, blk->att, blk->attn_ctx,
                         s4, s3c);

@@ -7,7 +7,7 @@
 #include "nn/attention.h"
 #include "nn/layernorm.h"
 
-typedef enum { NN_ACT_RELU, NN_ACT_GELU, NN_ACT_GELU_TANH } nn_activation;
+typedef fsdp_activation nn_activation;  // kernels.h: FSDP_ACT_RELU, FSDP_ACT_GELU (erf), FSDP_ACT_GELU_TANH
 
 typedef struct {
     int d_model, n_heads, d_ff;

@@ -24,9 +24,16 @@ from fsdp_testlib import Checker, mpirun, parse_args, proc  # noqa: E402
 # Under the sanitizers (make test-asan sets FSDP_SANITIZER_REPORTS) ASan's shadow memory, redzones and
 # quarantine are part of what the OS sees, so the accounting-vs-OS checks only run in the plain build;
 # plan == accounted is checked in both.
+# Under the guard device (FSDP_DEVICE=guard) a freed block goes back to the OS at once (MADV_DONTNEED)
+# where glibc keeps freed memory, so the data PSS read at the end of a run is below the peak by what was
+# freed after it (~48 MB at GPT-2's vocabulary, at 1 and 2 ranks): those checks run on the CPU device.
 SANITIZED = bool(os.environ.get("FSDP_SANITIZER_REPORTS"))
+GUARD = os.environ.get("FSDP_DEVICE") == "guard"
 if SANITIZED:
     print("sanitized build: the accounted-vs-data-PSS checks are skipped (ASan's own memory is in the PSS)")
+if GUARD:
+    print("guard device: the accounted-vs-data-PSS checks are skipped (freed blocks leave the PSS before it is read)")
+OS_CHECKS = not SANITIZED and not GUARD
 MODEL = ["--layers", "3", "--d-model", "64", "--heads", "4", "--seq", "32", "--vocab", "256"]
 KEYS = ["parameters", "gradients", "optimizer", "unsharded_peak", "activations_peak", "communication", "workspace",
         "total", "bytes_sent_per_step"]
@@ -275,7 +282,7 @@ def main():
             os_mem = numbers(r.stdout, "os memory rank 0:")
             print(f"benchmark model, {world} rank(s) {' '.join(extra)}: accounted {acct / 2**20:.1f} MiB, data PSS "
                   f"{os_mem['data_pss'] / 2**20:.1f} MiB, peak RSS {os_mem['peak_rss'] / 2**20:.1f} MiB")
-            if not SANITIZED:
+            if OS_CHECKS:
                 chk.close(f"benchmark model, {world} rank(s) {' '.join(extra)}: accounted peak vs the OS's data PSS",
                           [acct], [os_mem["data_pss"]], 0.10, 0)
     # GPT-2's vocabulary: the plan against the accounting, and the accounting against the OS
@@ -295,7 +302,7 @@ def main():
                 chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
             print(f"{label}: planned {predicted.get('total')} B, accounted {measured.get('total')} B, data PSS "
                   f"{os_mem.get('data_pss')} B")
-            if not SANITIZED:
+            if OS_CHECKS:
                 chk.close(f"{label}: accounted peak vs the OS's data PSS", [measured.get("total")],
                           [os_mem.get("data_pss")], 0.10, 0)
     chk.report()

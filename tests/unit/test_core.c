@@ -619,24 +619,24 @@ static void test_sum_squares_accumulates(void) {
 static void test_cross_entropy_device_loss(void) {
     enum { N = 5, V = 7 };
     static const int32_t tgt[N] = {0, 6, 3, 3, 1};
-    float logits[N * V], probs[N * V], losses[N], dprobs[N * V], dlosses[N];
+    float logits[N * V], stats[2 * N], losses[N], dstats[2 * N], dlosses[N];
     for (int i = 0; i < N * V; i++) logits[i] = test_value((size_t)i, 7);
     int saved = omp_get_max_threads();
     omp_set_num_threads(1);
-    double want = cpu_cross_entropy_forward(losses, probs, logits, tgt, N, V);  // on the host
-    float *logitsd = dcopy(logits, sizeof logits), *probsd = dalloc(sizeof probs), *lossesd = dalloc(sizeof losses);
+    double want = cpu_cross_entropy_forward(losses, stats, logits, tgt, N, V);  // on the host
+    float *logitsd = dcopy(logits, sizeof logits), *statsd = dalloc(sizeof stats), *lossesd = dalloc(sizeof losses);
     int32_t *tgtd = dcopy(tgt, sizeof tgt);
     double garbage = -1.0, *lossd = dcopy(&garbage, sizeof garbage);
-    K->cross_entropy_forward(ST, lossd, lossesd, probsd, logitsd, tgtd, N, V);
+    K->cross_entropy_forward(ST, lossd, lossesd, statsd, logitsd, tgtd, N, V);
     double got = read_double(lossd);
     omp_set_num_threads(saved);
-    download(dprobs, probsd, sizeof dprobs), download(dlosses, lossesd, sizeof dlosses);
+    download(dstats, statsd, sizeof dstats), download(dlosses, lossesd, sizeof dlosses);
     CHECK(memcmp(&got, &want, sizeof want) == 0);
-    CHECK(memcmp(dprobs, probs, sizeof probs) == 0 && memcmp(dlosses, losses, sizeof losses) == 0);
+    CHECK(memcmp(dstats, stats, sizeof stats) == 0 && memcmp(dlosses, losses, sizeof losses) == 0);
     double mean = 0.0;
     for (int n = 0; n < N; n++) mean += losses[n];
     CHECK_NEAR(got, mean / N, 1e-6);
-    dfree(logitsd), dfree(probsd), dfree(lossesd), dfree(tgtd), dfree(lossd);
+    dfree(logitsd), dfree(statsd), dfree(lossesd), dfree(tgtd), dfree(lossd);
 }
 
 // the SGD kernel against the loop optim/sgd.c ran before it moved (the same float expressions)
@@ -679,8 +679,10 @@ static void test_sgd_kernel(void) {
 
 // every entry of both tables of the device is set
 #define KERNEL_ENTRIES(X)                                                                                  \
-    X(gemm) X(gemm_b16) X(layernorm_forward) X(layernorm_backward) X(attention_forward) X(attention_backward) \
-    X(relu_forward) X(relu_backward) X(gelu_forward) X(gelu_backward) X(dropout_forward) X(dropout_backward) \
+    X(gemm) X(gemm_b16) X(layernorm_forward) X(residual_layernorm_forward) X(layernorm_backward)           \
+    X(attention_forward) X(attention_backward) X(relu_forward) X(relu_backward) X(gelu_forward)            \
+    X(gelu_backward) X(dropout_forward) X(dropout_backward) X(bias_act_dropout_forward)                    \
+    X(act_dropout_backward)                                                                                \
     X(add) X(add_inplace) X(add_inplace_b16) X(scale) X(bias_add) X(fill_rows) X(bias_backward)           \
     X(f32_to_bf16) X(bf16_to_f32) X(f32_to_bf16_in_place) X(embedding_forward) X(embedding_forward_b16)   \
     X(embedding_backward) X(cross_entropy_forward) X(cross_entropy_backward) X(abs_mean_forward)          \

@@ -340,7 +340,7 @@ static void test_layernorm(void) {
     fill(dx.h, (size_t)N * C, DINP_GARBAGE);
     buf_up(t.x), buf_up(t.r), buf_up(dx);
     ln_fwd(&t);
-    nn_layernorm_backward(&CTX, &t.ln, dx.d, t.r.d, t.x.d, t.mean, t.rstd, N);
+    nn_layernorm_backward(&CTX, &t.ln, dx.d, t.r.d, NULL, t.x.d, t.mean, t.rstd, N);
     unprefill(&pm);
     buf_down(dx);
     fd_problem pb = {ln_fwd, &t, {0}, {0}};
@@ -466,12 +466,13 @@ static double blk_fwd(void *s) {
 }
 
 // zeros among x (n,) device
-static size_t count_zeros(const float *x, size_t n) {
-    float *h = falloc(n);
-    download(h, x, n * sizeof(float));
+// how many of n values a (device) equals b (device) at, exactly
+static size_t count_equal(const float *a, const float *b, size_t n) {
+    float *ha = falloc(n), *hb = falloc(n);
+    download(ha, a, n * sizeof(float)), download(hb, b, n * sizeof(float));
     size_t z = 0;
-    for (size_t i = 0; i < n; i++) z += h[i] == 0.0f;
-    free(h);
+    for (size_t i = 0; i < n; i++) z += ha[i] == hb[i];
+    free(ha), free(hb);
     return z;
 }
 
@@ -499,9 +500,10 @@ static void test_block(const char *title, nn_block_config cfg, int gpt2) {
     unprefill(&pm);
     buf_down(dx);
     fd_problem pb = {blk_fwd, &t, {0}, {0}};
-    if (cfg.activation == NN_ACT_RELU) pb.kink[0] = t.blk.f1, pb.nkink[0] = (size_t)N * cfg.d_ff;
+    if (cfg.activation == FSDP_ACT_RELU) pb.kink[0] = t.blk.f1, pb.nkink[0] = (size_t)N * cfg.d_ff;
     if (cfg.dropout > 0) {  // dropout really is active, and the masks change with the step
-        CHECK(count_zeros(t.blk.attn_out, (size_t)N * C) > 0);
+        // r1 = x + dropout(attn_out) (fused into the norm after it): a dropped element leaves x as it was
+        CHECK(count_equal(t.blk.r1, t.x.d, (size_t)N * C) > 0);
         t.ctx.step++;
         CHECK(blk_fwd(&t) != l0);
         t.ctx.step--;
@@ -529,7 +531,7 @@ static nn_block_config gpt2_cfg(int C, int H, float p) {
     nn_block_config c = {0};
     c.d_model = C, c.n_heads = H, c.d_ff = 4 * C;
     c.dropout = c.attn_dropout = p;
-    c.activation = NN_ACT_GELU_TANH;
+    c.activation = FSDP_ACT_GELU_TANH;
     c.norm_first = 1, c.causal = 1, c.batch_first = 1, c.ffn_dropout = 0;
     c.ln_eps = 1e-5f;
     return c;
@@ -560,7 +562,7 @@ static void test_sequential(void) {
     memset(&t, 0, sizeof t);
     t.ctx = make_ctx();
     t.B = B, t.T = T;
-    CHECK(nn_encoder_stack_create(&t.m, small_cfg(4, NN_ACT_GELU, 0, 0, 0, 0.0f), 2) == FSDP_OK);
+    CHECK(nn_encoder_stack_create(&t.m, small_cfg(4, FSDP_ACT_GELU, 0, 0, 0, 0.0f), 2) == FSDP_OK);
     pmem pm = bind_params(&t.m.params);
     t.x = buf_new((size_t)N * C), t.r = buf_new((size_t)N * C);
     buf dx = buf_new((size_t)N * C);
@@ -627,7 +629,7 @@ static void test_embedding(void) {
 
 typedef struct {
     buf logits;
-    float *probs, *losses;  // device
+    float *stats, *losses;  // device: (N, 2), (N,)
     double *loss;           // (1,) device
     const int32_t *tgt;     // device
     int N, V;
@@ -637,7 +639,7 @@ typedef struct {
 
 static double ce_fwd(void *s) {
     ce_t *t = s;
-    K->cross_entropy_forward(ST, t->loss, t->losses, t->probs, t->logits.d, t->tgt, t->N, t->V);
+    K->cross_entropy_forward(ST, t->loss, t->losses, t->stats, t->logits.d, t->tgt, t->N, t->V);
     return CE_SCALE * read_double(t->loss);
 }
 
@@ -647,7 +649,7 @@ static void test_cross_entropy(void) {
     int N = 10, V = 11;
     int32_t *tgt_d = dalloc_bytes(sizeof tgt);
     upload(tgt_d, tgt, sizeof tgt);
-    ce_t t = {buf_new((size_t)N * V), dalloc((size_t)N * V), dalloc((size_t)N), dalloc_bytes(sizeof(double)),
+    ce_t t = {buf_new((size_t)N * V), dalloc(2 * (size_t)N), dalloc((size_t)N), dalloc_bytes(sizeof(double)),
               tgt_d, N, V};
     buf dl = buf_new((size_t)N * V);
     fill_normal(t.logits.h, (size_t)N * V, 15, 2.0f);
@@ -658,11 +660,11 @@ static void test_cross_entropy(void) {
     download(losses, t.losses, sizeof losses);
     for (int n = 0; n < N; n++) sum += losses[n];
     CHECK_NEAR(sum / N, mean, 1e-5);
-    K->cross_entropy_backward(ST, dl.d, t.probs, tgt_d, (float)(CE_SCALE / N), N, V);
+    K->cross_entropy_backward(ST, dl.d, t.logits.d, t.stats, tgt_d, (float)(CE_SCALE / N), N, V);
     buf_down(dl);
     fd_problem pb = {ce_fwd, &t, {0}, {0}};
     fd_check_buf(&pb, "logits", t.logits, dl.h);
-    buf_free(t.logits), dfree(t.probs), dfree(t.losses), dfree(t.loss), buf_free(dl), dfree(tgt_d);
+    buf_free(t.logits), dfree(t.stats), dfree(t.losses), dfree(t.loss), buf_free(dl), dfree(tgt_d);
 }
 
 typedef struct {
@@ -800,11 +802,11 @@ int main(void) {
     test_mha(0, 1, 2);
     test_mha(1, 1, 2);
     for (int a = ACT_RELU; a <= ACT_DROPOUT; a++) test_activation(a);
-    test_block("encoder post-LN relu, seq-first, H=4", small_cfg(4, NN_ACT_RELU, 0, 0, 0, 0.0f), 0);
-    test_block("encoder pre-LN gelu, seq-first, H=2", small_cfg(2, NN_ACT_GELU, 1, 0, 0, 0.0f), 0);
-    test_block("encoder post-LN gelu, causal batch_first, H=4", small_cfg(4, NN_ACT_GELU, 0, 1, 1, 0.0f), 0);
+    test_block("encoder post-LN relu, seq-first, H=4", small_cfg(4, FSDP_ACT_RELU, 0, 0, 0, 0.0f), 0);
+    test_block("encoder pre-LN gelu, seq-first, H=2", small_cfg(2, FSDP_ACT_GELU, 1, 0, 0, 0.0f), 0);
+    test_block("encoder post-LN gelu, causal batch_first, H=4", small_cfg(4, FSDP_ACT_GELU, 0, 1, 1, 0.0f), 0);
     test_block("GPT-2 block (C 16, H 2)", gpt2_cfg(16, 2, 0.0f), 1);
-    test_block("encoder pre-LN gelu with dropout 0.2 (all four sites)", small_cfg(4, NN_ACT_GELU, 1, 0, 0, 0.2f), 0);
+    test_block("encoder pre-LN gelu with dropout 0.2 (all four sites)", small_cfg(4, FSDP_ACT_GELU, 1, 0, 0, 0.2f), 0);
     test_sequential();
     test_embedding();
     test_cross_entropy();

@@ -129,11 +129,11 @@ static void case_layernorm(blob *o, const shape *s) {
     put(o, "layernorm_forward out", out, 4, (size_t)N * C);
     put(o, "layernorm_forward mean", mean, 4, (size_t)N);
     put(o, "layernorm_forward rstd", rstd, 4, (size_t)N);
-    K32->layernorm_backward(ST, dinp, dw, db, dout, inp, w, mean, rstd, N, C);
+    K32->layernorm_backward(ST, dinp, dw, db, dout, NULL, inp, w, mean, rstd, N, C);
     put(o, "layernorm_backward dinp", dinp, 4, (size_t)N * C);
     put(o, "layernorm_backward dweight", dw, 4, (size_t)C);
     put(o, "layernorm_backward dbias", db, 4, (size_t)C);
-    K32->layernorm_backward(ST, dinp, dw, db, dout, inp, w, mean, rstd, N, C);  // accumulates again
+    K32->layernorm_backward(ST, dinp, dw, db, dout, NULL, inp, w, mean, rstd, N, C);  // accumulates again
     put(o, "layernorm_backward dweight (2nd call)", dw, 4, (size_t)C);
     put(o, "layernorm_backward dbias (2nd call)", db, 4, (size_t)C);
     free(inp), free(dout), free(w), free(bias), free(dw), free(db), free(out), free(dinp), free(mean), free(rstd);
@@ -145,16 +145,17 @@ static void case_cross_entropy(blob *o, const shape *s) {
     seed(2);
     float *logits = rand_floats((size_t)N * V, -4.0f, 4.0f);  // (N, V)
     int32_t *tgt = rand_ints((size_t)N, V);                   // (N,)
-    float *probs = malloc(sizeof(float) * (size_t)N * V), *dlogits = malloc(sizeof(float) * (size_t)N * V);  // (N, V)
+    float *stats = malloc(sizeof(float) * 2 * (size_t)N);                    // (N, 2)
+    float *dlogits = malloc(sizeof(float) * (size_t)N * V);                  // (N, V)
     float *losses = malloc(sizeof(float) * (size_t)N);  // (N,)
     double loss = -1.0;
-    K32->cross_entropy_forward(ST, &loss, losses, probs, logits, tgt, N, V);
+    K32->cross_entropy_forward(ST, &loss, losses, stats, logits, tgt, N, V);
     put(o, "cross_entropy_forward loss", &loss, 8, 1);
     put(o, "cross_entropy_forward losses", losses, 4, (size_t)N);
-    put(o, "cross_entropy_forward probs", probs, 4, (size_t)N * V);
-    K32->cross_entropy_backward(ST, dlogits, probs, tgt, 1.0f / (float)N, N, V);
+    put(o, "cross_entropy_forward stats", stats, 4, 2 * (size_t)N);
+    K32->cross_entropy_backward(ST, dlogits, logits, stats, tgt, 1.0f / (float)N, N, V);
     put(o, "cross_entropy_backward dlogits", dlogits, 4, (size_t)N * V);
-    free(logits), free(tgt), free(probs), free(dlogits), free(losses);
+    free(logits), free(tgt), free(stats), free(dlogits), free(losses);
 }
 
 // abs-mean loss and sum of squares over n values (a = n); sum_squares adds into 0.25

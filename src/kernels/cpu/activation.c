@@ -1,4 +1,6 @@
-// activation.c: ReLU, GELU (exact erf form and tanh form, as torch.nn.functional.gelu) and dropout.
+// activation.c: ReLU, GELU (exact erf form and tanh form, as torch.nn.functional.gelu) and dropout, alone
+// or fused (a linear layer's bias, its activation and the dropout after it in one pass; their backward
+// in one pass).
 #include <math.h>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -9,14 +11,14 @@
 #define SQRT_2_OVER_PI 0.79788456080286535588f
 #define GELU_TANH_COEF 0.044715f
 
-void cpu_relu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
-}
+#define ACT_CHUNK 1024  // values per piece of work of the elementwise kernels
 
-void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n) {
-#pragma omp parallel for simd schedule(static)
-    for (size_t i = 0; i < n; i++) dinp[i] = out[i] > 0.0f ? dout[i] : 0.0f;
+static inline float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * INV_SQRT2)); }
+
+static inline float gelu_erf_grad(float x) {
+    float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
+    float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
+    return cdf + x * pdf;
 }
 
 // tanh form via 1 + tanh(u) = 2 sigmoid(2u): gelu(x) = x / (1 + exp(-2u)), u = sqrt(2/pi)(x + 0.044715 x^3)
@@ -25,62 +27,86 @@ static inline float gelu_tanh_sigmoid(float x) {
     return 1.0f / (1.0f + expf(-2.0f * u));
 }
 
-void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
-    if (tanh_approx) {
-#pragma omp parallel for schedule(static)
-        for (size_t i0 = 0; i0 < n; i0 += 1024) {
-            size_t i1 = i0 + 1024 < n ? i0 + 1024 : n, i = i0;
-#if FSDP_HAVE_AVX512
-            for (; i + 16 <= i1; i += 16) {
-                __m512 x = _mm512_loadu_ps(inp + i);
-                __m512 u = _mm512_mul_ps(_mm512_set1_ps(SQRT_2_OVER_PI),
-                                         _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_TANH_COEF), x),
-                                                         _mm512_mul_ps(x, x), x));
-                __m512 e = vexp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
-                _mm512_storeu_ps(out + i, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
-            }
-#endif
-            for (; i < i1; i++) out[i] = inp[i] * gelu_tanh_sigmoid(inp[i]);
-        }
+// d/dx [x s(2u)] = s + 2 x s (1 - s) u'(x), u' = sqrt(2/pi)(1 + 3 * 0.044715 x^2)
+static inline float gelu_tanh_grad(float x) {
+    float s = gelu_tanh_sigmoid(x);
+    float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_COEF * x * x);
+    return s + 2.0f * x * s * (1.0f - s) * du;
+}
+
+// out (n,) = a(inp (n,)) on the calling thread; out may be inp
+static void act_range(float *out, const float *inp, size_t n, fsdp_activation a) {
+    size_t i = 0;
+    if (a == FSDP_ACT_RELU) {
+#pragma omp simd
+        for (i = 0; i < n; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+    } else if (a == FSDP_ACT_GELU) {
+        for (i = 0; i < n; i++) out[i] = gelu_erf(inp[i]);
     } else {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) out[i] = 0.5f * inp[i] * (1.0f + erff(inp[i] * INV_SQRT2));
+#if FSDP_HAVE_AVX512
+        for (; i + 16 <= n; i += 16) {
+            __m512 x = _mm512_loadu_ps(inp + i);
+            __m512 u = _mm512_mul_ps(_mm512_set1_ps(SQRT_2_OVER_PI),
+                                     _mm512_fmadd_ps(_mm512_mul_ps(_mm512_set1_ps(GELU_TANH_COEF), x),
+                                                     _mm512_mul_ps(x, x), x));
+            __m512 e = vexp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u));
+            _mm512_storeu_ps(out + i, _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0f), e)));
+        }
+#endif
+        for (; i < n; i++) out[i] = inp[i] * gelu_tanh_sigmoid(inp[i]);
     }
 }
 
-void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx) {
-    if (tanh_approx) {
-        // d/dx [x s(2u)] = s + 2 x s (1 - s) u'(x), u' = sqrt(2/pi)(1 + 3 * 0.044715 x^2)
-#pragma omp parallel for schedule(static)
-        for (size_t i0 = 0; i0 < n; i0 += 1024) {
-            size_t i1 = i0 + 1024 < n ? i0 + 1024 : n, i = i0;
-#if FSDP_HAVE_AVX512
-            const __m512 one = _mm512_set1_ps(1.0f), k0 = _mm512_set1_ps(SQRT_2_OVER_PI);
-            const __m512 k1 = _mm512_set1_ps(GELU_TANH_COEF), k3 = _mm512_set1_ps(3.0f * GELU_TANH_COEF);
-            for (; i + 16 <= i1; i += 16) {
-                __m512 x = _mm512_loadu_ps(inp + i), x2 = _mm512_mul_ps(x, x);
-                __m512 u = _mm512_mul_ps(k0, _mm512_fmadd_ps(_mm512_mul_ps(k1, x), x2, x));
-                __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, vexp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u))));
-                __m512 du = _mm512_mul_ps(k0, _mm512_fmadd_ps(k3, x2, one));
-                __m512 ds = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), _mm512_mul_ps(s, _mm512_sub_ps(one, s))), du);
-                _mm512_storeu_ps(dinp + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), _mm512_add_ps(s, ds)));
-            }
-#endif
-            for (; i < i1; i++) {
-                float x = inp[i], s = gelu_tanh_sigmoid(x);
-                float du = SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_TANH_COEF * x * x);
-                dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
-            }
-        }
+// dinp (n,) = dout (n,) * a'(inp (n,)) on the calling thread (ReLU: inp > 0; inp may be its output);
+// dinp may be dout
+static void act_grad_range(float *dinp, const float *dout, const float *inp, size_t n, fsdp_activation a) {
+    size_t i = 0;
+    if (a == FSDP_ACT_RELU) {
+#pragma omp simd
+        for (i = 0; i < n; i++) dinp[i] = inp[i] > 0.0f ? dout[i] : 0.0f;
+    } else if (a == FSDP_ACT_GELU) {
+        for (i = 0; i < n; i++) dinp[i] = dout[i] * gelu_erf_grad(inp[i]);
     } else {
-#pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < n; i++) {
-            float x = inp[i];
-            float cdf = 0.5f * (1.0f + erff(x * INV_SQRT2));
-            float pdf = INV_SQRT_2PI * expf(-0.5f * x * x);
-            dinp[i] = dout[i] * (cdf + x * pdf);
+#if FSDP_HAVE_AVX512
+        const __m512 one = _mm512_set1_ps(1.0f), k0 = _mm512_set1_ps(SQRT_2_OVER_PI);
+        const __m512 k1 = _mm512_set1_ps(GELU_TANH_COEF), k3 = _mm512_set1_ps(3.0f * GELU_TANH_COEF);
+        for (; i + 16 <= n; i += 16) {
+            __m512 x = _mm512_loadu_ps(inp + i), x2 = _mm512_mul_ps(x, x);
+            __m512 u = _mm512_mul_ps(k0, _mm512_fmadd_ps(_mm512_mul_ps(k1, x), x2, x));
+            __m512 s = _mm512_div_ps(one, _mm512_add_ps(one, vexp512(_mm512_mul_ps(_mm512_set1_ps(-2.0f), u))));
+            __m512 du = _mm512_mul_ps(k0, _mm512_fmadd_ps(k3, x2, one));
+            __m512 ds = _mm512_mul_ps(_mm512_mul_ps(_mm512_add_ps(x, x), _mm512_mul_ps(s, _mm512_sub_ps(one, s))), du);
+            _mm512_storeu_ps(dinp + i, _mm512_mul_ps(_mm512_loadu_ps(dout + i), _mm512_add_ps(s, ds)));
         }
+#endif
+        for (; i < n; i++) dinp[i] = dout[i] * gelu_tanh_grad(inp[i]);
     }
+}
+
+// act_range over chunks of ACT_CHUNK on threads (one chunk: no OpenMP region)
+static void act_apply(float *out, const float *inp, size_t n, fsdp_activation a) {
+#pragma omp parallel for schedule(static) if (n > ACT_CHUNK)
+    for (size_t i0 = 0; i0 < n; i0 += ACT_CHUNK) act_range(out + i0, inp + i0, n - i0 < ACT_CHUNK ? n - i0 : ACT_CHUNK, a);
+}
+
+static void act_grad_apply(float *dinp, const float *dout, const float *inp, size_t n, fsdp_activation a) {
+#pragma omp parallel for schedule(static) if (n > ACT_CHUNK)
+    for (size_t i0 = 0; i0 < n; i0 += ACT_CHUNK)
+        act_grad_range(dinp + i0, dout + i0, inp + i0, n - i0 < ACT_CHUNK ? n - i0 : ACT_CHUNK, a);
+}
+
+void cpu_relu_forward(float *out, const float *inp, size_t n) { act_apply(out, inp, n, FSDP_ACT_RELU); }
+
+void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n) {
+    act_grad_apply(dinp, dout, out, n, FSDP_ACT_RELU);
+}
+
+void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx) {
+    act_apply(out, inp, n, tanh_approx ? FSDP_ACT_GELU_TANH : FSDP_ACT_GELU);
+}
+
+void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t n, int tanh_approx) {
+    act_grad_apply(dinp, dout, inp, n, tanh_approx ? FSDP_ACT_GELU_TANH : FSDP_ACT_GELU);
 }
 
 #define DROPOUT_CHUNK 256
@@ -95,10 +121,14 @@ void cpu_dropout_range(float *out, const float *inp, size_t n, float p, fsdp_rng
     }
 }
 
-// element i is kept iff uniform(rng, i) >= p; chunks of DROPOUT_CHUNK over threads (none under 8 chunks)
-static void dropout_apply(float *out, const float *inp, size_t n, float p, fsdp_rng rng) {
+// element i is kept iff uniform(rng, i) >= p; chunks of DROPOUT_CHUNK over threads (none under 8 chunks).
+// With pre (n,) given, each chunk then goes through the backward of activation a at pre (out = a'(pre) *
+// dropout's backward of inp): the fused backward of activation and dropout.
+static void dropout_apply(float *out, const float *inp, size_t n, float p, fsdp_rng rng, const float *pre,
+                          fsdp_activation a) {
     if (p <= 0.0f) {
-        if (out != inp)
+        if (pre) act_grad_apply(out, inp, pre, n, a);
+        else if (out != inp)
 #pragma omp parallel for simd schedule(static)
             for (size_t i = 0; i < n; i++) out[i] = inp[i];
         return;
@@ -108,13 +138,34 @@ static void dropout_apply(float *out, const float *inp, size_t n, float p, fsdp_
     for (size_t c = 0; c < nchunks; c++) {
         size_t i0 = c * DROPOUT_CHUNK, len = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
         cpu_dropout_range(out + i0, inp + i0, len, p, rng, i0);
+        if (pre) act_grad_range(out + i0, out + i0, pre + i0, len, a);
     }
 }
 
 void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_rng rng) {
-    dropout_apply(out, inp, n, p, rng);
+    dropout_apply(out, inp, n, p, rng, NULL, FSDP_ACT_RELU);
 }
 
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng) {
-    dropout_apply(dinp, dout, n, p, rng);
+    dropout_apply(dinp, dout, n, p, rng, NULL, FSDP_ACT_RELU);
+}
+
+// Rows go to threads (one OpenMP region, none for a single chunk's worth): each row gets its bias, its
+// activation, then its part of the dropout mask (elements n*F.., as one call over N*F values would).
+void cpu_bias_act_dropout_forward(float *pre, float *act, const float *bias, int N, int F, fsdp_activation a, float p,
+                                  fsdp_rng rng) {
+#pragma omp parallel for schedule(static) if ((size_t)N * F > 8 * ACT_CHUNK)
+    for (int n = 0; n < N; n++) {
+        size_t at = (size_t)n * F;
+        float *x = pre + at, *y = act + at;  // (F,) each
+#pragma omp simd
+        for (int f = 0; f < F; f++) x[f] += bias[f];
+        act_range(y, x, (size_t)F, a);
+        if (p > 0.0f) cpu_dropout_range(y, y, (size_t)F, p, rng, at);
+    }
+}
+
+void cpu_act_dropout_backward(float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
+                              fsdp_rng rng) {
+    dropout_apply(dpre, dact, n, p, rng, pre, a);
 }

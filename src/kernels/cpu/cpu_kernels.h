@@ -11,9 +11,12 @@ static inline int omp_get_thread_num_safe(void) { return omp_get_thread_num(); }
 
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C, float eps);
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C);
+void cpu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                    const float *b, float p, fsdp_rng rng, const float *weight, const float *bias,
+                                    int N, int C, float eps);
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *dres,
+                            const float *inp, const float *weight, const float *mean, const float *rstd, int N,
+                            int C);
 void cpu_attention_forward(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d);
 void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *stats,
                             const fsdp_attention_dims *d);
@@ -29,6 +32,10 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
 void cpu_dropout_range(float *out, const float *inp, size_t n, float p, fsdp_rng rng, uint64_t offset);
 void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_rng rng);
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
+void cpu_bias_act_dropout_forward(float *pre, float *act, const float *bias, int N, int F, fsdp_activation a, float p,
+                                  fsdp_rng rng);
+void cpu_act_dropout_backward(float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
+                              fsdp_rng rng);
 void cpu_add(float *out, const float *a, const float *b, size_t n);
 void cpu_add_inplace(float *acc, const float *b, size_t n);
 void cpu_add_inplace_b16(float *acc, const fsdp_bf16 *b, size_t n);
@@ -43,9 +50,10 @@ void cpu_bf16_to_f32(float *dst, const fsdp_bf16 *src, size_t n);
 void cpu_embedding_forward(float *out, const int32_t *idx, const float *table, int N, int C, int accumulate);
 void cpu_embedding_forward_b16(float *out, const int32_t *idx, const fsdp_bf16 *table, int N, int C, int accumulate);
 void cpu_embedding_backward(float *dtable, const float *dout, const int32_t *idx, int N, int C);
-double cpu_cross_entropy_forward(float *losses, float *probs, const float *logits,
-                                 const int32_t *targets, int N, int V);
-void cpu_cross_entropy_backward(float *dlogits, const float *probs, const int32_t *targets,
+// stats: (N, 2) per row: its maximum logit, then 1 / sum of exp(logit - maximum); dlogits may be logits
+double cpu_cross_entropy_forward(float *losses, float *stats, const float *logits, const int32_t *targets, int N,
+                                 int V);
+void cpu_cross_entropy_backward(float *dlogits, const float *logits, const float *stats, const int32_t *targets,
                                 float dloss, int N, int V);
 // mean |y| over n values (summed in double), and dy = sign(y) * dloss / n
 double cpu_abs_mean_forward(const float *y, size_t n);

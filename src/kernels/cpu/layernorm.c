@@ -1,5 +1,6 @@
-// layernorm.c: LayerNorm over the last dimension, as torch.nn.LayerNorm (biased variance). Every
-// output has the same bits on any thread count.
+// layernorm.c: LayerNorm over the last dimension, as torch.nn.LayerNorm (biased variance), alone or fused
+// with the residual add before it (forward) and the residual gradient's add (backward). Every output
+// has the same bits on any thread count.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,24 +8,67 @@
 #include "core/status.h"
 #include "kernels/cpu/cpu_kernels.h"
 
+#define LN_LANES 16           // row sums: element c goes to lane c % LN_LANES, the lanes added in order
+#define LN_MIN_PARALLEL 16384  // values per call from which rows go to threads
+
+// mean and 1 / sqrt(var + eps) of the row x (C,), both sums in double (each square exact)
+static void row_stats(const float *x, int C, float eps, float *mean, float *rstd) {
+    double lane[LN_LANES] = {0};
+    int c = 0;
+    for (; c + LN_LANES <= C; c += LN_LANES)
+        for (int j = 0; j < LN_LANES; j++) lane[j] += x[c + j];
+    for (; c < C; c++) lane[c % LN_LANES] += x[c];
+    double sum = 0.0;
+    for (int j = 0; j < LN_LANES; j++) sum += lane[j], lane[j] = 0.0;
+    float m = (float)(sum / C);
+    for (c = 0; c + LN_LANES <= C; c += LN_LANES)
+        for (int j = 0; j < LN_LANES; j++) {
+            float d = x[c + j] - m;
+            lane[j] += (double)d * d;
+        }
+    for (; c < C; c++) {
+        float d = x[c] - m;
+        lane[c % LN_LANES] += (double)d * d;
+    }
+    double var = 0.0;
+    for (int j = 0; j < LN_LANES; j++) var += lane[j];
+    *mean = m;
+    *rstd = (float)(1.0 / sqrt(var / C + eps));
+}
+
+// y (C,) = LayerNorm of x (C,) with its statistics written to *mean, *rstd
+static void row_layernorm(float *y, float *mean, float *rstd, const float *x, const float *weight, const float *bias,
+                          int C, float eps) {
+    float m, s;
+    row_stats(x, C, eps, &m, &s);
+    for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    *mean = m;
+    *rstd = s;
+}
+
 void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C, float eps) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= LN_MIN_PARALLEL)
+    for (int n = 0; n < N; n++)
+        row_layernorm(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C, eps);
+}
+
+// res = a + dropout(b) (the dropout mask of one call over all N*C values), then out = LayerNorm(res):
+// the residual add and the norm after it in one pass over each row
+void cpu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
+                                    const float *b, float p, fsdp_rng rng, const float *weight, const float *bias,
+                                    int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= LN_MIN_PARALLEL)
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;
-        float *y = out + (size_t)n * C;
-        double sum = 0.0;
-        for (int c = 0; c < C; c++) sum += x[c];
-        float m = (float)(sum / C);
-        double var = 0.0;
-        for (int c = 0; c < C; c++) {
-            float d = x[c] - m;
-            var += (double)d * d;
+        size_t at = (size_t)n * C;
+        float *r = res + at;  // (C,)
+        if (p > 0.0f) {
+            cpu_dropout_range(r, b + at, (size_t)C, p, rng, at);
+            for (int c = 0; c < C; c++) r[c] = a[at + c] + r[c];
+        } else {
+            for (int c = 0; c < C; c++) r[c] = a[at + c] + b[at + c];
         }
-        float s = (float)(1.0 / sqrt(var / C + eps));
-        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
-        mean[n] = m;
-        rstd[n] = s;
+        row_layernorm(out + at, mean + n, rstd + n, r, weight, bias, C, eps);
     }
 }
 
@@ -40,10 +84,10 @@ static _Thread_local size_t ln_partial_floats;
 
 // dweight/dbias: each block of rows sums its rows' terms in row order into its own slot (threads take
 // whole blocks), then the block sums are added in block order (threads take columns), so the bits do
-// not depend on the thread count; dinp is per row.
-void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout,
-                            const float *inp, const float *weight, const float *mean,
-                            const float *rstd, int N, int C) {
+// not depend on the thread count; dinp is per row (plus dres, the residual branch's gradient, if given).
+void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *dres,
+                            const float *inp, const float *weight, const float *mean, const float *rstd, int N,
+                            int C) {
     if (N <= 0 || C <= 0) return;
     int rows_per_block = (N + LN_MAX_BLOCKS - 1) / LN_MAX_BLOCKS;
     rows_per_block = rows_per_block > LN_BLOCK_ROWS ? rows_per_block : LN_BLOCK_ROWS;
@@ -56,7 +100,7 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
         ln_partial_floats = need;
     }
     float *partial = ln_partial;  // (nblocks, 2, C): block b's dweight sums, then its dbias sums
-#pragma omp parallel
+#pragma omp parallel if ((size_t)N * C >= LN_MIN_PARALLEL)
     {
 #pragma omp for schedule(static)
         for (int b = 0; b < nblocks; b++) {
@@ -67,22 +111,36 @@ void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const flo
                 const float *x = inp + (size_t)n * C, *dy = dout + (size_t)n * C;  // (C,) each
                 float *dx = dinp + (size_t)n * C;                                   // (C,)
                 float m = mean[n], s = rstd[n];
-                float dnorm_mean = 0.0f, dnorm_xhat_mean = 0.0f;
-                for (int c = 0; c < C; c++) {
+                float lane_dnorm[LN_LANES] = {0}, lane_dnorm_xhat[LN_LANES] = {0};
+                int c = 0;
+                for (; c + LN_LANES <= C; c += LN_LANES)
+                    for (int j = 0; j < LN_LANES; j++) {
+                        float xhat = (x[c + j] - m) * s;
+                        float dnorm = weight[c + j] * dy[c + j];
+                        lane_dnorm[j] += dnorm;
+                        lane_dnorm_xhat[j] += dnorm * xhat;
+                        dw[c + j] += xhat * dy[c + j];
+                        db[c + j] += dy[c + j];
+                    }
+                for (; c < C; c++) {
                     float xhat = (x[c] - m) * s;
                     float dnorm = weight[c] * dy[c];
-                    dnorm_mean += dnorm;
-                    dnorm_xhat_mean += dnorm * xhat;
+                    lane_dnorm[c % LN_LANES] += dnorm;
+                    lane_dnorm_xhat[c % LN_LANES] += dnorm * xhat;
                     dw[c] += xhat * dy[c];
                     db[c] += dy[c];
                 }
+                float dnorm_mean = 0.0f, dnorm_xhat_mean = 0.0f;
+                for (int j = 0; j < LN_LANES; j++) dnorm_mean += lane_dnorm[j], dnorm_xhat_mean += lane_dnorm_xhat[j];
                 dnorm_mean /= C;
                 dnorm_xhat_mean /= C;
-                for (int c = 0; c < C; c++) {
+                for (c = 0; c < C; c++) {
                     float xhat = (x[c] - m) * s;
                     float dnorm = weight[c] * dy[c];
                     dx[c] = s * (dnorm - dnorm_mean - xhat * dnorm_xhat_mean);
                 }
+                if (dres)
+                    for (c = 0; c < C; c++) dx[c] += dres[(size_t)n * C + c];
             }
         }
         // the block sums in block order, 64 columns per piece of work

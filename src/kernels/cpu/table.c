@@ -28,10 +28,14 @@ WRAP(t_layernorm_forward, cpu_layernorm_forward,
      (fsdp_stream *st, float *out, float *mean, float *rstd, const float *inp, const float *weight,
       const float *bias, int N, int C, float eps),
      (out, mean, rstd, inp, weight, bias, N, C, eps))
+WRAP(t_residual_layernorm_forward, cpu_residual_layernorm_forward,
+     (fsdp_stream *st, float *res, float *out, float *mean, float *rstd, const float *a, const float *b, float p,
+      fsdp_rng rng, const float *weight, const float *bias, int N, int C, float eps),
+     (res, out, mean, rstd, a, b, p, rng, weight, bias, N, C, eps))
 WRAP(t_layernorm_backward, cpu_layernorm_backward,
-     (fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-      const float *weight, const float *mean, const float *rstd, int N, int C),
-     (dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C))
+     (fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout, const float *dres,
+      const float *inp, const float *weight, const float *mean, const float *rstd, int N, int C),
+     (dinp, dweight, dbias, dout, dres, inp, weight, mean, rstd, N, C))
 WRAP(t_attention_forward, cpu_attention_forward,
      (fsdp_stream *st, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d), (out, stats, qkv, d))
 WRAP(t_attention_backward, cpu_attention_backward,
@@ -56,6 +60,14 @@ WRAP(t_dropout_forward, cpu_dropout_forward,
      (fsdp_stream *st, float *out, const float *inp, size_t n, float p, fsdp_rng rng), (out, inp, n, p, rng))
 WRAP(t_dropout_backward, cpu_dropout_backward,
      (fsdp_stream *st, float *dinp, const float *dout, size_t n, float p, fsdp_rng rng), (dinp, dout, n, p, rng))
+WRAP(t_bias_act_dropout_forward, cpu_bias_act_dropout_forward,
+     (fsdp_stream *st, float *pre, float *act, const float *bias, int N, int F, fsdp_activation a, float p,
+      fsdp_rng rng),
+     (pre, act, bias, N, F, a, p, rng))
+WRAP(t_act_dropout_backward, cpu_act_dropout_backward,
+     (fsdp_stream *st, float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
+      fsdp_rng rng),
+     (dpre, dact, pre, n, a, p, rng))
 WRAP(t_add, cpu_add, (fsdp_stream *st, float *out, const float *a, const float *b, size_t n), (out, a, b, n))
 WRAP(t_add_inplace, cpu_add_inplace, (fsdp_stream *st, float *acc, const float *b, size_t n), (acc, b, n))
 WRAP(t_add_inplace_b16, cpu_add_inplace_b16, (fsdp_stream *st, float *acc, const fsdp_bf16 *b, size_t n),
@@ -78,8 +90,9 @@ WRAP(t_embedding_backward, cpu_embedding_backward,
      (fsdp_stream *st, float *dtable, const float *dout, const int32_t *idx, int N, int C),
      (dtable, dout, idx, N, C))
 WRAP(t_cross_entropy_backward, cpu_cross_entropy_backward,
-     (fsdp_stream *st, float *dlogits, const float *probs, const int32_t *targets, float dloss, int N, int V),
-     (dlogits, probs, targets, dloss, N, V))
+     (fsdp_stream *st, float *dlogits, const float *logits, const float *stats, const int32_t *targets, float dloss,
+      int N, int V),
+     (dlogits, logits, stats, targets, dloss, N, V))
 WRAP(t_abs_mean_backward, cpu_abs_mean_backward, (fsdp_stream *st, float *dy, const float *y, size_t n, float dloss),
      (dy, y, n, dloss))
 WRAP(t_adamw_update, cpu_adamw_update,
@@ -92,10 +105,10 @@ WRAP(t_sgd_update, cpu_sgd_update,
      (param, grad, momentum_buf, n, lr, momentum, dampening, weight_decay, nesterov, first))
 
 // the scalar kernels: the value the host-returning kernel computes, stored (or added) on the device
-static void t_cross_entropy_forward(fsdp_stream *st, double *loss, float *losses, float *probs, const float *logits,
+static void t_cross_entropy_forward(fsdp_stream *st, double *loss, float *losses, float *stats, const float *logits,
                                     const int32_t *targets, int N, int V) {
     (void)st;
-    *loss = cpu_cross_entropy_forward(losses, probs, logits, targets, N, V);
+    *loss = cpu_cross_entropy_forward(losses, stats, logits, targets, N, V);
 }
 
 static void t_abs_mean_forward(fsdp_stream *st, double *loss, const float *y, size_t n) {
@@ -122,7 +135,9 @@ WRAP(t_sum_squares_exact, cpu_sum_squares_exact, (fsdp_stream *st, int64_t *word
 // the entries both tables share (everything but the matrix products)
 #define CPU_COMMON_ENTRIES                                                                                   \
     .device = FSDP_DEV_CPU, .gemm_b16 = t_gemm_b16, .layernorm_forward = t_layernorm_forward,                \
-    .layernorm_backward = t_layernorm_backward, .relu_forward = t_relu_forward,                              \
+    .residual_layernorm_forward = t_residual_layernorm_forward, .layernorm_backward = t_layernorm_backward,  \
+    .bias_act_dropout_forward = t_bias_act_dropout_forward, .act_dropout_backward = t_act_dropout_backward,  \
+    .relu_forward = t_relu_forward,                                                                          \
     .relu_backward = t_relu_backward, .gelu_forward = t_gelu_forward, .gelu_backward = t_gelu_backward,      \
     .dropout_forward = t_dropout_forward, .dropout_backward = t_dropout_backward, .add = t_add,              \
     .add_inplace = t_add_inplace, .add_inplace_b16 = t_add_inplace_b16, .scale = t_scale,                    \
