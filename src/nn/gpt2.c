@@ -145,6 +145,11 @@ static fsdp_status ensure_activations(nn_gpt2 *m, fsdp_dev *dev, int B, int T) {
     return FSDP_OK;
 }
 
+fsdp_status nn_gpt2_reserve(nn_gpt2 *m, fsdp_dev *dev, int B, int T) {
+    FSDP_CHECK(ensure_activations(m, dev, B, T));
+    return nn_sequential_reserve(&m->blocks, dev, B, T);
+}
+
 fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, const int32_t *targets,
                             int B, int T) {
     if (T > m->cfg.max_seq)

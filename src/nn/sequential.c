@@ -83,18 +83,27 @@ static fsdp_status ensure_backward_buffers(nn_sequential *s, fsdp_dev *dev, size
     return FSDP_OK;
 }
 
-fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const float *dout, const float *inp,
-                                   float *dinp) {
-    if (s->count == 0) return FSDP_OK;
-    const nn_block *first = &s->blocks[0];
-    int B = first->B, T = first->T;
-    size_t NC = (size_t)B * T * first->cfg.d_model;
-    size_t scratch = 0;
+// the gradient buffers (N, C) and the largest block's scratch for a backward of (B, T)
+static fsdp_status ensure_backward_buffers_for(nn_sequential *s, fsdp_dev *dev, int B, int T) {
+    size_t NC = (size_t)B * T * s->blocks[0].cfg.d_model, scratch = 0;
     for (int i = 0; i < s->count; i++) {
         size_t need = nn_block_scratch_floats(&s->blocks[i].cfg, B, T);
         scratch = need > scratch ? need : scratch;
     }
-    FSDP_CHECK(ensure_backward_buffers(s, ctx->dev, NC, scratch));
+    return ensure_backward_buffers(s, dev, NC, scratch);
+}
+
+fsdp_status nn_sequential_reserve(nn_sequential *s, fsdp_dev *dev, int B, int T) {
+    if (s->count == 0) return FSDP_OK;
+    for (int i = 0; i < s->count; i++) FSDP_CHECK(nn_block_reserve(&s->blocks[i], dev, B, T));
+    return ensure_backward_buffers_for(s, dev, B, T);
+}
+
+fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const float *dout, const float *inp,
+                                   float *dinp) {
+    if (s->count == 0) return FSDP_OK;
+    int B = s->blocks[0].B, T = s->blocks[0].T;
+    FSDP_CHECK(ensure_backward_buffers_for(s, ctx->dev, B, T));
     const float *g = dout;
     for (int i = s->count - 1; i >= 0; i--) {
         CALL_HOOK(s, pre_backward, i);

@@ -120,6 +120,8 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
     return FSDP_OK;
 }
 
+fsdp_status nn_block_reserve(nn_block *blk, fsdp_dev *dev, int B, int T) { return ensure_buffers(blk, dev, B, T); }
+
 size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)cfg->d_model, F = (size_t)cfg->d_ff;
     return N * (4 * C + 3 * C + F);

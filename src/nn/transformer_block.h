@@ -60,6 +60,8 @@ void nn_block_free(nn_block *blk);
 
 // Floats of caller-provided scratch that backward needs for B*T rows.
 size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T);
+// Allocates (and so first touches) the activation buffers a forward of (B, T) on dev uses, ahead of it
+fsdp_status nn_block_reserve(nn_block *blk, fsdp_dev *dev, int B, int T);
 
 // inp: (N, C); result in blk->out (N, C). inp must stay unchanged until backward.
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T);

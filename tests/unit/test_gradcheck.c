@@ -728,8 +728,13 @@ static void test_gpt2(float dropout) {
         t.idx[i] = (int32_t)(fsdp_rng_uniform_at((fsdp_rng){3, 1}, (uint64_t)i) * 11);
         t.tgt[i] = (int32_t)(fsdp_rng_uniform_at((fsdp_rng){3, 2}, (uint64_t)i) * 11);
     }
+    // reserved ahead (what fsdp-train does before its first step): the step allocates no activations
+    CHECK(nn_gpt2_reserve(&t.m, t.ctx.dev, t.B, t.T) == FSDP_OK);
+    size_t reserved = fsdp_mem_current(FSDP_MEM_ACTIVATIONS);
+    CHECK(reserved > 0);
     double l0 = gpt_fwd(&t);
     CHECK(nn_gpt2_backward(&t.ctx, &t.m, (float)(t.B * t.T)) == FSDP_OK);
+    CHECK(fsdp_mem_current(FSDP_MEM_ACTIVATIONS) == reserved);
     unprefill(&pm);
     if (dropout > 0) {
         t.ctx.step++;
