@@ -365,7 +365,8 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     ac.weight_decay = o->weight_decay;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
     // the activations now, not in the first step (their pages' first touch is most of its extra time)
-    if (nn_gpt2_reserve(&model, fsdp_state_device(fs), B, T) != FSDP_OK) goto failed;
+    nn_ctx reserve_ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, 0);
+    if (nn_gpt2_reserve(&reserve_ctx, &model, B, T) != FSDP_OK) goto failed;
     int start_step = 0;
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) goto failed;
     if (cli_ckpt_check_steps("fsdp-train", o->steps, start_step, R)) {

@@ -13,9 +13,13 @@
 #define DK_KERNELS(X)                                                                                        \
     X(gemm, int, int, int, int, int, float, const float *, int, const float *, int, float, float *, int)      \
     X(gemm_b16, int, int, int, int, int, float, const float *, int, const fsdp_bf16 *, int, float, float *, int) \
-    X(layernorm_forward, float *, float *, float *, const float *, const float *, const float *, int, int, float) \
-    X(residual_layernorm_forward, float *, float *, float *, float *, const float *, const float *, float,    \
-      fsdp_rng, const float *, const float *, int, int, float)                                                \
+    X(gemm_a16, int, int, int, int, int, float, const fsdp_bf16 *, int, const float *, int, float, float *, int) \
+    X(gemm_a16_b16, int, int, int, int, int, float, const fsdp_bf16 *, int, const fsdp_bf16 *, int, float,   \
+      float *, int)                                                                                           \
+    X(layernorm_forward, float *, fsdp_bf16 *, float *, float *, const float *, const float *, const float *, int, \
+      int, float)                                                                                             \
+    X(residual_layernorm_forward, float *, float *, fsdp_bf16 *, float *, float *, const float *, const float *, \
+      float, fsdp_rng, const float *, const float *, int, int, float)                                         \
     X(layernorm_backward, float *, float *, float *, const float *, const float *, const float *, const float *, \
       const float *, const float *, int, int)                                                                 \
     X(attention_forward, float *, float *, const float *, const fsdp_attention_dims *)                        \
@@ -27,7 +31,8 @@
     X(gelu_backward, float *, const float *, const float *, size_t, int)                                      \
     X(dropout_forward, float *, const float *, size_t, float, fsdp_rng)                                       \
     X(dropout_backward, float *, const float *, size_t, float, fsdp_rng)                                      \
-    X(bias_act_dropout_forward, float *, float *, const float *, int, int, fsdp_activation, float, fsdp_rng)  \
+    X(bias_act_dropout_forward, float *, float *, fsdp_bf16 *, const float *, int, int, fsdp_activation, float, \
+      fsdp_rng)                                                                                               \
     X(act_dropout_backward, float *, const float *, const float *, size_t, fsdp_activation, float, fsdp_rng)  \
     X(add, float *, const float *, const float *, size_t)                                                     \
     X(add_inplace, float *, const float *, size_t)                                                            \
@@ -56,8 +61,8 @@
 
 // Parameter lists from type lists: DK_PARAMS(int, float) is `int a1, float a2`, DK_ARGS(int, float) is
 // `a1, a2` (positional, so no argument can be dropped or swapped).
-#define DK_NARGS(...) DK_NARGS_(__VA_ARGS__, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
-#define DK_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, n, ...) n
+#define DK_NARGS(...) DK_NARGS_(__VA_ARGS__, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0)
+#define DK_NARGS_(_1, _2, _3, _4, _5, _6, _7, _8, _9, _10, _11, _12, _13, _14, n, ...) n
 #define DK_CAT(a, b) DK_CAT_(a, b)
 #define DK_CAT_(a, b) a##b
 #define DK_PARAMS(...) DK_CAT(DK_P, DK_NARGS(__VA_ARGS__))(__VA_ARGS__)
@@ -77,6 +82,8 @@
     DK_P11(t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11), t12 a12
 #define DK_P13(t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13) \
     DK_P12(t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12), t13 a13
+#define DK_P14(t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13, t14) \
+    DK_P13(t1, t2, t3, t4, t5, t6, t7, t8, t9, t10, t11, t12, t13), t14 a14
 #define DK_A1 a1
 #define DK_A2 DK_A1, a2
 #define DK_A3 DK_A2, a3
@@ -90,6 +97,7 @@
 #define DK_A11 DK_A10, a11
 #define DK_A12 DK_A11, a12
 #define DK_A13 DK_A12, a13
+#define DK_A14 DK_A13, a14
 
 static const fsdp_kernels *base_f32, *base_bf16;  // fsdp_kernels_cpu(), fsdp_kernels_cpu_bf16()
 

@@ -85,7 +85,7 @@ const fsdp_kernels *fsdp_compute_kernels(const fsdp_state *s) {
 
 nn_ctx fsdp_model_ctx(const fsdp_state *s, int training, uint64_t seed, uint64_t step) {
     nn_ctx c = {.k = fsdp_compute_kernels(s), .dev = s->dev, .stream = s->compute, .training = training,
-                .seed = seed, .step = step};
+                .act_bf16 = s->cfg.param_dtype == FSDP_BF16, .seed = seed, .step = step};
     return c;
 }
 

@@ -225,6 +225,10 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // buffers (nn/sequential.c) and the model's own (nn/gpt2.c), or the tool's input (fsdp-minimal)
     int64_t B = in->batch, N = B * T;
     double per_block = 4.0 * (double)(N * (11 * C + 2 * F + 4) + B * H * T);  // attention: (B, H, T) row stats
+    // bf16 mixed precision keeps the activations that only feed matrix products in bf16 (blocks without
+    // adapters, nn/transformer_block.c block_b16): the FFN activation, and pre-LN (GPT-2) the two norms'
+    // outputs; post-LN's first norm output is also a residual and stays fp32
+    if (in->param_bf16 && in->lora_rank <= 0) per_block -= 2.0 * (double)(N * (F + (in->gpt2 ? 2 * C : 0)));
     double blocks = in->activation_checkpointing ? per_block + 4.0 * (double)(N * C) * (double)(L - 1)
                                                  : per_block * (double)L;
     double sequential = 4.0 * (double)(2 * N * C + N * (7 * C + F));

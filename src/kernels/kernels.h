@@ -59,14 +59,24 @@ typedef struct fsdp_kernels {
     void (*gemm_b16)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
                      int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 
-    // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,)
-    void (*layernorm_forward)(fsdp_stream *st, float *out, float *mean, float *rstd, const float *inp,
-                              const float *weight, const float *bias, int N, int C, float eps);
+    // As gemm with A stored in bf16 (an activation kept in bf16: the values the bf16 products round it
+    // to), B fp32 (gemm_a16) or bf16 (gemm_a16_b16); alpha must be 1. bf16 operands, fp32 accumulation
+    // in every table.
+    void (*gemm_a16)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A,
+                     int lda, const float *B, int ldb, float beta, float *C, int ldc);
+    void (*gemm_a16_b16)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                         const fsdp_bf16 *A, int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
+
+    // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,). out_b16 (N, C): when not NULL the output
+    // goes there in bf16 (rounded to nearest even) and out is not written.
+    void (*layernorm_forward)(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd,
+                              const float *inp, const float *weight, const float *bias, int N, int C, float eps);
     // Fused with the residual add before it: res = a + dropout(b), out = LayerNorm(res), one pass per row.
     // res, out, a, b: (N, C) (res may be a or b); p, rng: the dropout on b (one call over N*C values)
-    void (*residual_layernorm_forward)(fsdp_stream *st, float *res, float *out, float *mean, float *rstd,
-                                       const float *a, const float *b, float p, fsdp_rng rng, const float *weight,
-                                       const float *bias, int N, int C, float eps);
+    // out_b16: as layernorm_forward's
+    void (*residual_layernorm_forward)(fsdp_stream *st, float *res, float *out, fsdp_bf16 *out_b16, float *mean,
+                                       float *rstd, const float *a, const float *b, float p, fsdp_rng rng,
+                                       const float *weight, const float *bias, int N, int C, float eps);
     // dinp: (N, C) overwritten with LayerNorm's input gradient plus dres (N, C), the gradient a residual
     // branch adds (NULL: none); dweight, dbias: (C,) accumulated, each may be NULL (a frozen parameter)
     void (*layernorm_backward)(fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout,
@@ -88,9 +98,10 @@ typedef struct fsdp_kernels {
     void (*dropout_forward)(fsdp_stream *st, float *out, const float *inp, size_t n, float p, fsdp_rng rng);
     void (*dropout_backward)(fsdp_stream *st, float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
     // Fused: pre (N, F) += bias (F,) (a GEMM's product becomes the layer's output), then act (N, F) =
-    // dropout(activation(pre)) (the dropout of one call over N*F values; p = 0: none)
-    void (*bias_act_dropout_forward)(fsdp_stream *st, float *pre, float *act, const float *bias, int N, int F,
-                                     fsdp_activation a, float p, fsdp_rng rng);
+    // dropout(activation(pre)) (the dropout of one call over N*F values; p = 0: none); act_b16 (N, F):
+    // when not NULL, act goes there in bf16 instead
+    void (*bias_act_dropout_forward)(fsdp_stream *st, float *pre, float *act, fsdp_bf16 *act_b16, const float *bias,
+                                     int N, int F, fsdp_activation a, float p, fsdp_rng rng);
     // dpre (n,) = activation'(pre) * the dropout's backward of dact (n,); dpre may be dact
     void (*act_dropout_backward)(fsdp_stream *st, float *dpre, const float *dact, const float *pre, size_t n,
                                  fsdp_activation a, float p, fsdp_rng rng);
@@ -189,6 +200,12 @@ void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, c
 // with trans_b, (N, K), leading dimension ldb.
 void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                        const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
+// The same with A already in bf16 (activations stored in bf16 under mixed precision; alpha must be 1),
+// B fp32 or bf16.
+void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc);
+void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+                           const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 void cpu_gemm_bf16_select(const char *name);
 const char *cpu_gemm_bf16_name(void);  // "amx", "avx512bf16" or "emulate"
 // Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region).

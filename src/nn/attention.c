@@ -34,18 +34,18 @@ void nn_mha_init_gpt2(nn_mha *m, nn_params *ps, const char *prefix, int C, int H
 }
 
 fsdp_status nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
-                           float *qkv, float *att, float *ctx_out, const float *inp) {
+                           float *qkv, float *att, float *ctx_out, nn_input inp) {
     int N = dims->B * dims->T;
-    FSDP_CHECK(nn_linear_forward(ctx, &m->in_proj, qkv, inp, N));
+    FSDP_CHECK(nn_linear_forward_in(ctx, &m->in_proj, qkv, inp, N));
     ctx->k->attention_forward(ctx->stream, ctx_out, att, qkv, dims);
     return nn_linear_forward(ctx, &m->out_proj, out, ctx_out, N);
 }
 
 void nn_mha_backward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *dinp,
-                     int accumulate_dinp, const float *dout, const float *inp, const float *qkv,
+                     int accumulate_dinp, const float *dout, nn_input inp, const float *qkv,
                      const float *att, const float *ctx_out, float *scratch_c, float *scratch_3c) {
     int N = dims->B * dims->T;
     nn_linear_backward(ctx, &m->out_proj, scratch_c, 0, dout, ctx_out, N);
     ctx->k->attention_backward(ctx->stream, scratch_3c, scratch_c, qkv, ctx_out, att, dims);
-    nn_linear_backward(ctx, &m->in_proj, dinp, accumulate_dinp, scratch_3c, inp, N);
+    nn_linear_backward_in(ctx, &m->in_proj, dinp, accumulate_dinp, scratch_3c, inp, N);
 }

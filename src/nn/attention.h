@@ -23,8 +23,8 @@ void nn_mha_init_gpt2(nn_mha *m, nn_params *ps, const char *prefix, int C, int H
 // Buffers (N = B*T rows, in the row order given by dims): inp, out: (N, C); qkv: (N, 3C);
 // att: (B, H, T) the attention kernel's row statistics (log-sum-exp); ctx_out: (N, C), read again by backward
 fsdp_status nn_mha_forward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *out,
-                           float *qkv, float *att, float *ctx_out, const float *inp);
+                           float *qkv, float *att, float *ctx_out, nn_input inp);
 // dinp (N, C): overwritten, or accumulated when accumulate_dinp. scratch_c: (N, C); scratch_3c: (N, 3C)
 void nn_mha_backward(const nn_ctx *ctx, const nn_mha *m, const fsdp_attention_dims *dims, float *dinp,
-                     int accumulate_dinp, const float *dout, const float *inp, const float *qkv,
+                     int accumulate_dinp, const float *dout, nn_input inp, const float *qkv,
                      const float *att, const float *ctx_out, float *scratch_c, float *scratch_3c);

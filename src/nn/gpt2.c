@@ -145,9 +145,9 @@ static fsdp_status ensure_activations(nn_gpt2 *m, fsdp_dev *dev, int B, int T) {
     return FSDP_OK;
 }
 
-fsdp_status nn_gpt2_reserve(nn_gpt2 *m, fsdp_dev *dev, int B, int T) {
-    FSDP_CHECK(ensure_activations(m, dev, B, T));
-    return nn_sequential_reserve(&m->blocks, dev, B, T);
+fsdp_status nn_gpt2_reserve(const nn_ctx *ctx, nn_gpt2 *m, int B, int T) {
+    FSDP_CHECK(ensure_activations(m, ctx->dev, B, T));
+    return nn_sequential_reserve(ctx, &m->blocks, B, T);
 }
 
 fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, const int32_t *targets,
@@ -182,7 +182,7 @@ fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, c
                        nn_dropout_rng(ctx, m->cfg.n_layer, GPT2_SITE_EMBD));
     const float *x = NULL;
     FSDP_CHECK(nn_sequential_forward(ctx, &m->blocks, m->emb, B, T, &x));
-    nn_layernorm_forward(ctx, &m->ln_f, m->lnf_out, m->lnf_mean, m->lnf_rstd, x, N);
+    nn_layernorm_forward(ctx, &m->ln_f, m->lnf_out, NULL, m->lnf_mean, m->lnf_rstd, x, N);
     nn_gemm_param(ctx, 0, 1, N, V, C, m->lnf_out, C, m->wte.weight, C, 0.0f, m->logits, V);
     k->cross_entropy_forward(st, m->loss, m->losses, m->ce_stats, m->logits, m->targets, N, V);
     return FSDP_OK;

@@ -56,9 +56,9 @@ const char *nn_gpt2_lora_target_name(int i);
 // h.<i>.<target>.lora_A.weight / lora_B.weight (block order, then target order). Once, before fsdp_wrap.
 fsdp_status nn_gpt2_add_lora(nn_gpt2 *m, unsigned targets, int r, float alpha, float dropout);
 void nn_gpt2_free(nn_gpt2 *m);
-// Allocates (and first touches) the activations a forward and backward of (B, T) on dev use, ahead of
+// Allocates (and first touches) the activations a forward and backward of (B, T) in ctx use, ahead of
 // the first step: the model's own buffers and its blocks' (nn_sequential_reserve)
-fsdp_status nn_gpt2_reserve(nn_gpt2 *m, fsdp_dev *dev, int B, int T);
+fsdp_status nn_gpt2_reserve(const nn_ctx *ctx, nn_gpt2 *m, int B, int T);
 // idx, targets: (B, T) token ids in [0, V), host memory (validated here, then copied to m->idx and
 // m->targets on ctx->stream); the mean cross-entropy goes to the device double m->loss
 fsdp_status nn_gpt2_forward(const nn_ctx *ctx, nn_gpt2 *m, const int32_t *idx, const int32_t *targets,

@@ -23,15 +23,28 @@ void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, in
     else k->gemm(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data, ldb, beta, C, ldc);
 }
 
+// nn_gemm_param with A given as a layer input (fp32 or bf16)
+static void gemm_input_param(const nn_ctx *ctx, int trans_b, int M, int N, int K, nn_input A, int lda,
+                             const nn_param *P, int ldb, float beta, float *C, int ldc) {
+    const fsdp_kernels *k = ctx->k;
+    if (!A.b16) nn_gemm_param(ctx, 0, trans_b, M, N, K, A.f32, lda, P, ldb, beta, C, ldc);
+    else if (P->data_b16) k->gemm_a16_b16(ctx->stream, 0, trans_b, M, N, K, 1.0f, A.b16, lda, P->data_b16, ldb, beta, C, ldc);
+    else k->gemm_a16(ctx->stream, 0, trans_b, M, N, K, 1.0f, A.b16, lda, P->data, ldb, beta, C, ldc);
+}
+
 // out = beta * out + inp W^T (Conv1D: inp W), plus the adapter's term
-static fsdp_status linear_product(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N,
-                                  float beta) {
-    if (l->conv1d) nn_gemm_param(ctx, 0, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, beta, out, l->out);
-    else nn_gemm_param(ctx, 0, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, beta, out, l->out);
-    return l->lora ? nn_lora_forward(ctx, l->lora, out, inp, N) : FSDP_OK;
+static fsdp_status linear_product(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N, float beta) {
+    FSDP_ASSERT(!(l->lora && inp.b16));  // adapters read fp32 inputs
+    if (l->conv1d) gemm_input_param(ctx, 0, N, l->out, l->in, inp, l->in, l->weight, l->out, beta, out, l->out);
+    else gemm_input_param(ctx, 1, N, l->out, l->in, inp, l->in, l->weight, l->in, beta, out, l->out);
+    return l->lora ? nn_lora_forward(ctx, l->lora, out, inp.f32, N) : FSDP_OK;
 }
 
 fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
+    return nn_linear_forward_in(ctx, l, out, nn_in_f32(inp), N);
+}
+
+fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N) {
     // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm. A bias bound in
     // bf16 is widened into its device scratch first (nn_param_f32).
     const float *bias = nn_param_f32(ctx, l->bias);
@@ -40,12 +53,17 @@ fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out,
     return linear_product(ctx, l, out, inp, N, 1.0f);
 }
 
-fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N) {
+fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N) {
     return linear_product(ctx, l, out, inp, N, 0.0f);
 }
 
 void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
                         const float *dout, const float *inp, int N) {
+    nn_linear_backward_in(ctx, l, dinp, accumulate_dinp, dout, nn_in_f32(inp), N);
+}
+
+void nn_linear_backward_in(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
+                           const float *dout, nn_input inp, int N) {
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     if (dinp) {
@@ -53,11 +71,17 @@ void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int 
         if (l->conv1d) nn_gemm_param(ctx, 0, 1, N, l->in, l->out, dout, l->out, l->weight, l->out, beta, dinp, l->in);
         else nn_gemm_param(ctx, 0, 0, N, l->in, l->out, dout, l->out, l->weight, l->in, beta, dinp, l->in);
     }
-    // a frozen weight or bias (requires_grad=False) has no gradient view: its product is skipped
-    if (l->weight->grad && l->conv1d)  // dW (in, out) += inp^T dout
-        k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp, l->in, dout, l->out, 1.0f, l->weight->grad, l->out);
-    else if (l->weight->grad)          // dW (out, in) += dout^T inp
-        k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp, l->in, 1.0f, l->weight->grad, l->in);
+    // a frozen weight or bias (requires_grad=False) has no gradient view: its product is skipped; a bf16
+    // input is the A (Conv1D) or B (Linear) operand in bf16, the values the bf16 product rounds fp32 to
+    float *dw = l->weight->grad;
+    if (dw && l->conv1d && inp.b16)  // dW (in, out) += inp^T dout
+        k->gemm_a16(st, 1, 0, l->in, l->out, N, 1.0f, inp.b16, l->in, dout, l->out, 1.0f, dw, l->out);
+    else if (dw && l->conv1d)
+        k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp.f32, l->in, dout, l->out, 1.0f, dw, l->out);
+    else if (dw && inp.b16)          // dW (out, in) += dout^T inp
+        k->gemm_b16(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.b16, l->in, 1.0f, dw, l->in);
+    else if (dw)
+        k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.f32, l->in, 1.0f, dw, l->in);
     if (l->bias->grad) k->bias_backward(st, l->bias->grad, dout, N, l->out);
-    if (l->lora) nn_lora_backward(ctx, l->lora, dinp, dout, inp, N);
+    if (l->lora) nn_lora_backward(ctx, l->lora, dinp, dout, inp.f32, N);
 }

@@ -4,6 +4,22 @@
 #include "nn/nn_ctx.h"
 #include "nn/param.h"
 
+// A layer's input rows: fp32, or the same rows kept in bf16 (nn_ctx.act_bf16). Exactly one is set.
+typedef struct {
+    const float *f32;
+    const fsdp_bf16 *b16;
+} nn_input;
+
+static inline nn_input nn_in_f32(const float *p) {
+    nn_input in = {p, NULL};
+    return in;
+}
+
+static inline nn_input nn_in_b16(const fsdp_bf16 *p) {
+    nn_input in = {NULL, p};
+    return in;
+}
+
 typedef struct {
     nn_param *weight;  // (out, in) for Linear; (in, out) when conv1d
     nn_param *bias;    // (out,)
@@ -22,10 +38,16 @@ void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, in
                    const nn_param *P, int ldb, float beta, float *C, int ldc);
 // out: (N, out) = inp (N, in) @ W^T + b (+ the adapter's term)
 fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
+// The same from an input in either storage: a bf16 one goes through the table's gemm_a16 entries (a
+// layer with an adapter takes fp32 input only)
+fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N);
 // The same product without the bias: out (N, out) = inp W^T (+ the adapter's term), for a caller whose
 // next kernel adds the bias itself (bias_act_dropout_forward)
-fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
+fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N);
 // dW, db += ... (skipped for a frozen weight or bias: grad NULL); dinp (N, in) = dout @ W (+= when
 // accumulate_dinp), plus the adapter's term; dinp may be NULL
 void nn_linear_backward(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
                         const float *dout, const float *inp, int N);
+// The same for an input in either storage (the forward's)
+void nn_linear_backward_in(const nn_ctx *ctx, const nn_linear *l, float *dinp, int accumulate_dinp,
+                           const float *dout, nn_input inp, int N);

@@ -14,6 +14,8 @@ typedef struct {
     fsdp_dev *dev;          // where activations live
     fsdp_stream *stream;    // every kernel and copy of the call goes here (the device's compute stream)
     int training;           // dropout active only when training
+    int act_bf16;           // bf16 mixed precision: activations that only feed matrix products are kept in
+                            // bf16 (the values those bf16 products would round them to: same results)
     uint64_t seed;          // --seed
     uint64_t step;          // optimizer step (and micro-batch) counter: new masks every step
     uint64_t sample_offset; // reserved for FSDP: global index of this rank's first sample (not used yet)

@@ -93,10 +93,10 @@ static fsdp_status ensure_backward_buffers_for(nn_sequential *s, fsdp_dev *dev, 
     return ensure_backward_buffers(s, dev, NC, scratch);
 }
 
-fsdp_status nn_sequential_reserve(nn_sequential *s, fsdp_dev *dev, int B, int T) {
+fsdp_status nn_sequential_reserve(const nn_ctx *ctx, nn_sequential *s, int B, int T) {
     if (s->count == 0) return FSDP_OK;
-    for (int i = 0; i < s->count; i++) FSDP_CHECK(nn_block_reserve(&s->blocks[i], dev, B, T));
-    return ensure_backward_buffers_for(s, dev, B, T);
+    for (int i = 0; i < s->count; i++) FSDP_CHECK(nn_block_reserve(ctx, &s->blocks[i], B, T));
+    return ensure_backward_buffers_for(s, ctx->dev, B, T);
 }
 
 fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const float *dout, const float *inp,

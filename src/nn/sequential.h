@@ -32,9 +32,9 @@ void nn_sequential_set_checkpointing(nn_sequential *s, int on);
 // inp: (N, C); returns the last block's output (N, C) through *out
 fsdp_status nn_sequential_forward(const nn_ctx *ctx, nn_sequential *s, const float *inp, int B, int T,
                                   const float **out);
-// Allocates every block's activation buffers and the backward's buffers for (B, T) on dev now, so the
+// Allocates every block's activation buffers and the backward's buffers for (B, T) in ctx now, so the
 // first step does not pay for their first touch (nn_block_reserve)
-fsdp_status nn_sequential_reserve(nn_sequential *s, fsdp_dev *dev, int B, int T);
+fsdp_status nn_sequential_reserve(const nn_ctx *ctx, nn_sequential *s, int B, int T);
 // dout: (N, C) gradient of the output; dinp: (N, C) written (may be NULL when not needed)
 fsdp_status nn_sequential_backward(const nn_ctx *ctx, nn_sequential *s, const float *dout, const float *inp,
                                    float *dinp);

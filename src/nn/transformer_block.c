@@ -58,31 +58,41 @@ void nn_block_init_gpt2(nn_block *blk, nn_params *ps, const char *prefix, nn_blo
 }
 
 void nn_block_free(nn_block *blk) {
-    float **bufs[] = {&blk->ln1_out, &blk->ln1_mean, &blk->ln1_rstd, &blk->qkv, &blk->att,
-                      &blk->attn_ctx, &blk->attn_out, &blk->r1, &blk->ln2_out, &blk->ln2_mean,
-                      &blk->ln2_rstd, &blk->f1, &blk->act, &blk->f2, &blk->r2, &blk->out};
+    void **bufs[] = {(void **)&blk->ln1_out, (void **)&blk->ln1_mean, (void **)&blk->ln1_rstd, (void **)&blk->qkv,
+                     (void **)&blk->att, (void **)&blk->attn_ctx, (void **)&blk->attn_out, (void **)&blk->r1,
+                     (void **)&blk->ln2_out, (void **)&blk->ln2_mean, (void **)&blk->ln2_rstd, (void **)&blk->f1,
+                     (void **)&blk->act, (void **)&blk->f2, (void **)&blk->r2, (void **)&blk->ln1_b16,
+                     (void **)&blk->ln2_b16, (void **)&blk->act_b16, (void **)&blk->out};
     int borrowed = blk->share && blk->share != blk;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if ((!borrowed || bufs[i] == &blk->out) && *bufs[i]) fsdp_dev_free(blk->dev, *bufs[i]);
+        if ((!borrowed || bufs[i] == (void **)&blk->out) && *bufs[i]) fsdp_dev_free(blk->dev, *bufs[i]);
         *bufs[i] = NULL;
     }
     blk->capacity_rows = 0;
     blk->capacity_att = 0;
 }
 
-// The activation buffers (device memory of dev, allocated at the first forward of a shape and kept
-// while later shapes fit). Buffers of another device are freed and allocated again on dev.
-static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
+// Whether ctx keeps this block's matrix-product-only activations in bf16: under act_bf16, unless an
+// adapter (which reads its input in fp32) sits on one of the block's layers
+static int block_b16(const nn_ctx *ctx, const nn_block *blk) {
+    return ctx->act_bf16 && !blk->attn.in_proj.lora && !blk->attn.out_proj.lora && !blk->fc1.lora && !blk->fc2.lora;
+}
+
+// The activation buffers (device memory of dev), allocated at the first forward of a shape and kept
+// while later shapes fit. Buffers of another device, or of the other storage (b16), are freed and
+// allocated again.
+static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T, int b16) {
     size_t N = (size_t)B * T, C = (size_t)blk->cfg.d_model, F = (size_t)blk->cfg.d_ff;
     size_t H = (size_t)blk->cfg.n_heads;
     size_t att_floats = (size_t)B * H * T;  // the fused attention's row statistics
-    if (blk->dev != dev) {
+    if (blk->dev != dev || blk->b16_storage != b16) {
         nn_block_free(blk);
         blk->dev = dev;
+        blk->b16_storage = b16;
     }
     if (blk->share && blk->share != blk) {  // borrow the intermediates, keep a private output
         nn_block *o = blk->share;
-        FSDP_CHECK(ensure_buffers(o, dev, B, T));
+        FSDP_CHECK(ensure_buffers(o, dev, B, T, b16));
         if (N > blk->capacity_rows) {
             if (blk->out) fsdp_dev_free(dev, blk->out);
             blk->out = fsdp_dev_alloc(dev, N * C * sizeof(float), FSDP_MEM_ACTIVATIONS);
@@ -93,6 +103,7 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
         blk->att = o->att, blk->attn_ctx = o->attn_ctx, blk->attn_out = o->attn_out, blk->r1 = o->r1;
         blk->ln2_out = o->ln2_out, blk->ln2_mean = o->ln2_mean, blk->ln2_rstd = o->ln2_rstd, blk->f1 = o->f1;
         blk->act = o->act, blk->f2 = o->f2, blk->r2 = o->r2;
+        blk->ln1_b16 = o->ln1_b16, blk->ln2_b16 = o->ln2_b16, blk->act_b16 = o->act_b16;
         blk->B = B;
         blk->T = T;
         return FSDP_OK;
@@ -103,14 +114,21 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
         return FSDP_OK;
     }
     nn_block_free(blk);
-    struct { float **p; size_t n; } want[] = {
-        {&blk->ln1_out, N * C}, {&blk->ln1_mean, N}, {&blk->ln1_rstd, N}, {&blk->qkv, N * 3 * C},
-        {&blk->att, att_floats}, {&blk->attn_ctx, N * C}, {&blk->attn_out, N * C}, {&blk->r1, N * C},
-        {&blk->ln2_out, N * C}, {&blk->ln2_mean, N}, {&blk->ln2_rstd, N}, {&blk->f1, N * F},
-        {&blk->act, N * F}, {&blk->f2, N * C}, {&blk->r2, N * C}, {&blk->out, N * C},
+    int pre_ln = blk->cfg.norm_first;
+    size_t f4 = sizeof(float), h2 = sizeof(fsdp_bf16);
+    struct { void **p; size_t bytes; } want[] = {
+        {(void **)&blk->ln1_out, b16 && pre_ln ? 0 : N * C * f4}, {(void **)&blk->ln1_b16, b16 && pre_ln ? N * C * h2 : 0},
+        {(void **)&blk->ln1_mean, N * f4}, {(void **)&blk->ln1_rstd, N * f4}, {(void **)&blk->qkv, N * 3 * C * f4},
+        {(void **)&blk->att, att_floats * f4}, {(void **)&blk->attn_ctx, N * C * f4},
+        {(void **)&blk->attn_out, N * C * f4}, {(void **)&blk->r1, N * C * f4},
+        {(void **)&blk->ln2_out, b16 && pre_ln ? 0 : N * C * f4}, {(void **)&blk->ln2_b16, b16 && pre_ln ? N * C * h2 : 0},
+        {(void **)&blk->ln2_mean, N * f4}, {(void **)&blk->ln2_rstd, N * f4}, {(void **)&blk->f1, N * F * f4},
+        {(void **)&blk->act, b16 ? 0 : N * F * f4}, {(void **)&blk->act_b16, b16 ? N * F * h2 : 0},
+        {(void **)&blk->f2, N * C * f4}, {(void **)&blk->r2, N * C * f4}, {(void **)&blk->out, N * C * f4},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
-        *want[i].p = fsdp_dev_alloc(dev, want[i].n * sizeof(float), FSDP_MEM_ACTIVATIONS);
+        if (!want[i].bytes) continue;
+        *want[i].p = fsdp_dev_alloc(dev, want[i].bytes, FSDP_MEM_ACTIVATIONS);
         if (!*want[i].p) return FSDP_ERR_NOMEM;
     }
     blk->capacity_rows = N;
@@ -120,7 +138,14 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T) {
     return FSDP_OK;
 }
 
-fsdp_status nn_block_reserve(nn_block *blk, fsdp_dev *dev, int B, int T) { return ensure_buffers(blk, dev, B, T); }
+fsdp_status nn_block_reserve(const nn_ctx *ctx, nn_block *blk, int B, int T) {
+    return ensure_buffers(blk, ctx->dev, B, T, block_b16(ctx, blk));
+}
+
+// the saved inputs of in_proj, fc1 and fc2, in whichever storage the buffers have
+static nn_input ln1_in(const nn_block *blk) { return blk->ln1_b16 ? nn_in_b16(blk->ln1_b16) : nn_in_f32(blk->ln1_out); }
+static nn_input ln2_in(const nn_block *blk) { return blk->ln2_b16 ? nn_in_b16(blk->ln2_b16) : nn_in_f32(blk->ln2_out); }
+static nn_input act_in(const nn_block *blk) { return blk->act_b16 ? nn_in_b16(blk->act_b16) : nn_in_f32(blk->act); }
 
 size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)cfg->d_model, F = (size_t)cfg->d_ff;
@@ -150,34 +175,34 @@ static float inner_p(const nn_ctx *ctx, const nn_block *blk) {
 
 // fc1 (its bias, activation and inner dropout in one fused pass) -> fc2; inp (N, C) -> blk->f2 (N, C),
 // before the output dropout (which the caller fuses into its residual add)
-static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int N) {
+static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, nn_input inp, int N) {
     FSDP_CHECK(nn_linear_forward_no_bias(ctx, &blk->fc1, blk->f1, inp, N));
     const float *b1 = nn_param_f32(ctx, blk->fc1.bias);
     FSDP_ASSERT(b1 != NULL);
-    ctx->k->bias_act_dropout_forward(ctx->stream, blk->f1, blk->act, b1, N, blk->cfg.d_ff, blk->cfg.activation,
+    ctx->k->bias_act_dropout_forward(ctx->stream, blk->f1, blk->act, blk->act_b16, b1, N, blk->cfg.d_ff, blk->cfg.activation,
                                      inner_p(ctx, blk), nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    return nn_linear_forward(ctx, &blk->fc2, blk->f2, blk->act, N);
+    return nn_linear_forward_in(ctx, &blk->fc2, blk->f2, act_in(blk), N);
 }
 
 // d_ffn_out (N, C) -> dinp (N, C), accumulated into when accumulate (else overwritten); sf: (N, F)
 // scratch; sc: (N, C) scratch
 static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accumulate, const float *d_ffn_out,
-                         const float *inp, float *sf, float *sc, int N) {
+                         nn_input inp, float *sf, float *sc, int N) {
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
     k->dropout_backward(st, sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
                         nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
-    nn_linear_backward(ctx, &blk->fc2, sf, 0, sc, blk->act, N);
+    nn_linear_backward_in(ctx, &blk->fc2, sf, 0, sc, act_in(blk), N);
     k->act_dropout_backward(st, sf, sf, blk->f1, NF, blk->cfg.activation, inner_p(ctx, blk),
                             nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    nn_linear_backward(ctx, &blk->fc1, dinp, accumulate, sf, inp, N);
+    nn_linear_backward_in(ctx, &blk->fc1, dinp, accumulate, sf, inp, N);
 }
 
 // The residual adds are fused into the LayerNorm after them (with the dropout on the branch) where one
 // follows: post-LN both, pre-LN the attention's; pre-LN's FFN residual ends the block.
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T) {
-    FSDP_CHECK(ensure_buffers(blk, ctx->dev, B, T));
+    FSDP_CHECK(ensure_buffers(blk, ctx->dev, B, T, block_b16(ctx, blk)));
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     int N = B * T;
@@ -188,21 +213,22 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
     fsdp_rng rng_ffn_out = nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT);
     if (blk->cfg.norm_first) {
         // r1 = x + dropout(attn(norm1(x))); out = r1 + dropout(ffn(norm2(r1)))
-        nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp, N);
+        nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_b16, blk->ln1_mean, blk->ln1_rstd, inp, N);
         FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx,
-                                  blk->ln1_out));
-        nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r1, blk->ln2_out, blk->ln2_mean, blk->ln2_rstd, inp,
-                                      blk->attn_out, p, rng_attn_out, N);
-        FSDP_CHECK(ffn_forward(ctx, blk, blk->ln2_out, N));
+                                  ln1_in(blk)));
+        nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r1, blk->ln2_out, blk->ln2_b16, blk->ln2_mean,
+                                      blk->ln2_rstd, inp, blk->attn_out, p, rng_attn_out, N);
+        FSDP_CHECK(ffn_forward(ctx, blk, ln2_in(blk), N));
         k->dropout_forward(st, blk->f2, blk->f2, NC, p, rng_ffn_out);
         k->add(st, blk->out, blk->r1, blk->f2, NC);
     } else {
         // r1 = x + dropout(attn(x)); h1 = norm1(r1); r2 = h1 + dropout(ffn(h1)); out = norm2(r2)
-        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx, inp));
-        nn_residual_layernorm_forward(ctx, &blk->norm1, blk->r1, blk->ln1_out, blk->ln1_mean, blk->ln1_rstd, inp,
-                                      blk->attn_out, p, rng_attn_out, N);
-        FSDP_CHECK(ffn_forward(ctx, blk, blk->ln1_out, N));
-        nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r2, blk->out, blk->ln2_mean, blk->ln2_rstd,
+        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx,
+                                  nn_in_f32(inp)));
+        nn_residual_layernorm_forward(ctx, &blk->norm1, blk->r1, blk->ln1_out, NULL, blk->ln1_mean, blk->ln1_rstd,
+                                      inp, blk->attn_out, p, rng_attn_out, N);
+        FSDP_CHECK(ffn_forward(ctx, blk, nn_in_f32(blk->ln1_out), N));
+        nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r2, blk->out, NULL, blk->ln2_mean, blk->ln2_rstd,
                                       blk->ln1_out, blk->f2, p, rng_ffn_out, N);
     }
     return FSDP_OK;
@@ -222,19 +248,19 @@ void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const floa
     fsdp_rng rng_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
     if (blk->cfg.norm_first) {
         // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x)); the residuals' adds ride on the norms' backward
-        ffn_backward(ctx, blk, s2, 0, dout, blk->ln2_out, sf, s3, N);         // s2 = d ln2_out
+        ffn_backward(ctx, blk, s2, 0, dout, ln2_in(blk), sf, s3, N);          // s2 = d ln2_out
         nn_layernorm_backward(ctx, &blk->norm2, d1, s2, dout, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);  // d r1
         k->dropout_backward(st, s2, d1, NC, p_out, rng_out);                  // s2 = d attn_out
-        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, s2, blk->ln1_out, blk->qkv, blk->att,
+        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, s2, ln1_in(blk), blk->qkv, blk->att,
                         blk->attn_ctx, s3, s3c);                              // s4 = d ln1_out
         nn_layernorm_backward(ctx, &blk->norm1, dinp, s4, d1, inp, blk->ln1_mean, blk->ln1_rstd, N);
     } else {
         // r1 = x + attn(x); h1 = norm1(r1); out = norm2(h1 + ffn(h1))
         nn_layernorm_backward(ctx, &blk->norm2, d1, dout, NULL, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
-        ffn_backward(ctx, blk, d1, 1, d1, blk->ln1_out, sf, s2, N);          // d1 = d h1 (residual + ffn)
+        ffn_backward(ctx, blk, d1, 1, d1, nn_in_f32(blk->ln1_out), sf, s2, N);  // d1 = d h1 (residual + ffn)
         nn_layernorm_backward(ctx, &blk->norm1, s2, d1, NULL, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // d r1
         k->dropout_backward(st, s3, s2, NC, p_out, rng_out);                  // s3 = d attn_out
-        nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, s3, inp, blk->qkv, blk->att, blk->attn_ctx,
+        nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, s3, nn_in_f32(inp), blk->qkv, blk->att, blk->attn_ctx,
                         s4, s3c);
         k->add_inplace(st, dinp, s2, NC);
     }

@@ -33,6 +33,9 @@ typedef struct nn_block_s {
     int B, T;
     size_t capacity_rows, capacity_att;  // allocated sizes of the row buffers and of att
     fsdp_dev *dev;         // the device the buffers below were allocated from (nn_ctx.dev of the forward)
+    int b16_storage;       // the buffers were made for nn_ctx.act_bf16 (block_b16): these three in bf16:
+    fsdp_bf16 *ln1_b16, *ln2_b16, *act_b16;  // pre-LN ln1_out, ln2_out and act in bf16, those fp32
+                                             // buffers then NULL (post-LN: act only; ln1_out is a residual)
     float *ln1_out;        // (N, C) norm1 output (post-LN: of r1; pre-LN: of x)
     float *ln1_mean, *ln1_rstd;  // (N,)
     float *qkv;            // (N, 3C)
@@ -60,8 +63,8 @@ void nn_block_free(nn_block *blk);
 
 // Floats of caller-provided scratch that backward needs for B*T rows.
 size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T);
-// Allocates (and so first touches) the activation buffers a forward of (B, T) on dev uses, ahead of it
-fsdp_status nn_block_reserve(nn_block *blk, fsdp_dev *dev, int B, int T);
+// Allocates (and so first touches) the activation buffers a forward of (B, T) in ctx uses, ahead of it
+fsdp_status nn_block_reserve(const nn_ctx *ctx, nn_block *blk, int B, int T);
 
 // inp: (N, C); result in blk->out (N, C). inp must stay unchanged until backward.
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T);

@@ -107,11 +107,11 @@ static void check_residual_layernorm(int N, int C, float p) {
     float *u_mean = malloc(sizeof(float) * N), *u_rstd = malloc(sizeof(float) * N), *u_dinp = malloc(sizeof(float) * n);
     float *u_dw = malloc(sizeof(float) * C), *u_db = malloc(sizeof(float) * C);
     for (int c = 0; c < C; c++) dw[c] = u_dw[c] = 0.25f, db[c] = u_db[c] = -0.5f;  // accumulated into
-    cpu_residual_layernorm_forward(res, out, mean, rstd, a, b, p, rng, w, bias, N, C, 1e-5f);
+    cpu_residual_layernorm_forward(res, out, NULL, mean, rstd, a, b, p, rng, w, bias, N, C, 1e-5f);
     cpu_layernorm_backward(dinp, dw, db, dout, dres, res, w, mean, rstd, N, C);
     cpu_dropout_forward(u_b, b, n, p, rng);
     cpu_add(u_res, a, u_b, n);
-    cpu_layernorm_forward(u_out, u_mean, u_rstd, u_res, w, bias, N, C, 1e-5f);
+    cpu_layernorm_forward(u_out, NULL, u_mean, u_rstd, u_res, w, bias, N, C, 1e-5f);
     cpu_layernorm_backward(u_dinp, u_dw, u_db, dout, NULL, u_res, w, u_mean, u_rstd, N, C);
     cpu_add_inplace(u_dinp, dres, n);
     CHECK(same_bits(res, u_res, n) && same_bits(out, u_out, n));
@@ -184,7 +184,7 @@ static void check_bias_act_dropout(int N, int F, fsdp_activation a, float p) {
     float *pre = malloc(sizeof(float) * n), *act = malloc(sizeof(float) * n), *dpre = malloc(sizeof(float) * n);
     float *inplace = malloc(sizeof(float) * n);
     memcpy(pre, product, sizeof(float) * n);
-    cpu_bias_act_dropout_forward(pre, act, bias, N, F, a, p, rng);
+    cpu_bias_act_dropout_forward(pre, act, NULL, bias, N, F, a, p, rng);
     cpu_act_dropout_backward(dpre, dact, pre, n, a, p, rng);
     memcpy(inplace, dact, sizeof(float) * n);
     cpu_act_dropout_backward(inplace, inplace, pre, n, a, p, rng);

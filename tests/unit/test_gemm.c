@@ -181,6 +181,36 @@ static int table_matches_direct(int bf16, int b16, int ta, int tb, int M, int N,
     return ok;
 }
 
+// A stored in bf16 (cpu_gemm_bf16_a16, _a16_b16: activations kept in bf16) gives the bits of the same
+// product with A in fp32, since the fp32 A is rounded to those bf16 values while it is packed; B in fp32
+// and in bf16, every transpose, tails in M, N and K.
+static int a16_matches_f32(const char *path, int b16, int ta, int tb, int M, int N, int K, float beta) {
+    int lda = ta ? M + 3 : K + 2, ldb = tb ? K + 1 : N + 4, ldc = N + 5;
+    size_t na = (size_t)(ta ? K : M) * lda, nb = (size_t)(tb ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(sizeof(float) * na), *B = malloc(sizeof(float) * nb);
+    float *C1 = malloc(sizeof(float) * nc), *C2 = malloc(sizeof(float) * nc);
+    fsdp_bf16 *Ah = malloc(sizeof(fsdp_bf16) * na), *Bh = malloc(sizeof(fsdp_bf16) * nb);
+    for (size_t i = 0; i < na; i++) A[i] = value((long)i, 11) * 3.0f;
+    for (size_t i = 0; i < nb; i++) B[i] = value((long)i, 12);
+    for (size_t i = 0; i < nc; i++) C1[i] = C2[i] = value((long)i, 13);
+    fsdp_f32_to_bf16_array(Ah, A, na);
+    fsdp_f32_to_bf16_array(Bh, B, nb);
+    cpu_gemm_bf16_select(path);
+    if (b16) {
+        cpu_gemm_bf16_b16(ta, tb, M, N, K, 1.0f, A, lda, Bh, ldb, beta, C1, ldc);
+        cpu_gemm_bf16_a16_b16(ta, tb, M, N, K, 1.0f, Ah, lda, Bh, ldb, beta, C2, ldc);
+    } else {
+        cpu_gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C1, ldc);
+        cpu_gemm_bf16_a16(ta, tb, M, N, K, 1.0f, Ah, lda, B, ldb, beta, C2, ldc);
+    }
+    cpu_gemm_bf16_select(NULL);
+    int ok = memcmp(C1, C2, sizeof(float) * nc) == 0;
+    if (!ok) fprintf(stderr, "a16 path %s b16 %d ta %d tb %d M %d N %d K %d: differs from fp32 A\n", path ? path : "best",
+                     b16, ta, tb, M, N, K);
+    free(A), free(B), free(C1), free(C2), free(Ah), free(Bh);
+    return ok;
+}
+
 int main(void) {
     int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257},
                       {100, 17, 5}, {345, 70, 40}, {700, 96, 33}, {64, 3100, 9}, {3, 5, 520}};
@@ -234,6 +264,12 @@ int main(void) {
         for (int b16 = 0; b16 < 2; b16++)
             for (int ta = 0; ta < 2; ta++)
                 for (int tb = 0; tb < 2; tb++) CHECK(table_matches_direct(bf16, b16, ta, tb, 37, 70, 45, 0.5f, 1.0f));
+    int a16_sizes[][3] = {{1, 1, 1}, {15, 33, 17}, {29, 65, 257}, {100, 17, 40}, {64, 96, 520}};
+    for (int p = 0; p < 3; p++)
+        for (int s = 0; s < 5; s++)
+            for (int t = 0; t < 8; t++)
+                CHECK(a16_matches_f32(bf16_paths[p], t & 1, t >> 1 & 1, t >> 2 & 1, a16_sizes[s][0], a16_sizes[s][1],
+                                      a16_sizes[s][2], (float)(s % 2)));
     printf("bf16 GEMM: %d cases (B in fp32 and in bf16) on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");

@@ -319,7 +319,7 @@ typedef struct {
 
 static double ln_fwd(void *s) {
     ln_t *t = s;
-    nn_layernorm_forward(&CTX, &t->ln, t->out, t->mean, t->rstd, t->x.d, t->N);
+    nn_layernorm_forward(&CTX, &t->ln, t->out, NULL, t->mean, t->rstd, t->x.d, t->N);
     return dot_r(t->out, t->r.h, (size_t)t->N * t->ln.C);
 }
 
@@ -363,7 +363,7 @@ typedef struct {
 
 static double mha_fwd(void *s) {
     mha_t *t = s;
-    nn_mha_forward(&t->ctx, &t->m, &t->d, t->out, t->qkv, t->att, t->cx, t->x.d);
+    nn_mha_forward(&t->ctx, &t->m, &t->d, t->out, t->qkv, t->att, t->cx, nn_in_f32(t->x.d));
     return dot_r(t->out, t->r.h, (size_t)t->d.B * t->d.T * t->d.C);
 }
 
@@ -388,7 +388,7 @@ static void test_mha(int causal, int batch_first, int H) {
     fill(dx.h, (size_t)N * C, DINP_GARBAGE);
     buf_up(t.x), buf_up(t.r), buf_up(dx);
     mha_fwd(&t);
-    nn_mha_backward(&t.ctx, &t.m, &t.d, dx.d, 0, t.r.d, t.x.d, t.qkv, t.att, t.cx, sc, s3c);
+    nn_mha_backward(&t.ctx, &t.m, &t.d, dx.d, 0, t.r.d, nn_in_f32(t.x.d), t.qkv, t.att, t.cx, sc, s3c);
     unprefill(&pm);
     buf_down(dx);
     fd_problem pb = {mha_fwd, &t, {0}, {0}};
@@ -729,7 +729,7 @@ static void test_gpt2(float dropout) {
         t.tgt[i] = (int32_t)(fsdp_rng_uniform_at((fsdp_rng){3, 2}, (uint64_t)i) * 11);
     }
     // reserved ahead (what fsdp-train does before its first step): the step allocates no activations
-    CHECK(nn_gpt2_reserve(&t.m, t.ctx.dev, t.B, t.T) == FSDP_OK);
+    CHECK(nn_gpt2_reserve(&t.ctx, &t.m, t.B, t.T) == FSDP_OK);
     size_t reserved = fsdp_mem_current(FSDP_MEM_ACTIVATIONS);
     CHECK(reserved > 0);
     double l0 = gpt_fwd(&t);
@@ -793,6 +793,104 @@ static void test_gpt2_bf16_views(void) {
     CHECK_EQ_INT(fsdp_mem_current(FSDP_MEM_ACTIVATIONS), act0);
 }
 
+// ---------------------------------------------------------------------------------------------
+// bf16 activations (nn_ctx.act_bf16): keeping the activations that only feed matrix products in bf16
+// gives the same bits as keeping them in fp32 under the bf16 table (its products round them to the same
+// values), in less memory. The GPT-2 model (pre-LN: ln_1, ln_2 outputs and the MLP activation in bf16)
+// with fp32 parameters (gemm_a16) and with bf16 parameter views (gemm_a16_b16, as FSDP's bf16 gathers
+// bind them); an encoder stack (post-LN, ReLU, dropout on: the FFN activation in bf16).
+
+typedef struct {
+    double loss;
+    float *grads;      // (n,) host: every parameter gradient
+    size_t act_bytes;  // activations held after the step
+} act_run;
+
+// the bf16 table's context with act_bf16 as given; the gradients reset to GRAD_PREFILL
+static nn_ctx act_step_ctx(pmem *pm, int act_bf16) {
+    nn_ctx c = make_ctx();
+    c.k = fsdp_dev_kernels(DEV, 1);
+    c.act_bf16 = act_bf16;
+    fill(pm->h + pm->n, (size_t)pm->n, GRAD_PREFILL);
+    upload(pm->d + pm->n, pm->h + pm->n, sizeof(float) * (size_t)pm->n);
+    return c;
+}
+
+static act_run gpt2_step(nn_gpt2 *m, pmem *pm, int act_bf16) {
+    int32_t idx[10], tgt[10];
+    for (int i = 0; i < 10; i++) idx[i] = (i * 7 + 2) % 11, tgt[i] = (i * 5 + 1) % 11;
+    nn_ctx c = act_step_ctx(pm, act_bf16);
+    act_run r = {0, falloc((size_t)pm->n), 0};
+    CHECK(nn_gpt2_forward(&c, m, idx, tgt, 2, 5) == FSDP_OK);
+    CHECK(nn_gpt2_backward(&c, m, 1.0f) == FSDP_OK);
+    r.loss = read_double(m->loss);
+    download(r.grads, pm->d + pm->n, sizeof(float) * (size_t)pm->n);
+    r.act_bytes = fsdp_mem_current(FSDP_MEM_ACTIVATIONS);
+    return r;
+}
+
+static act_run encoder_step(nn_encoder_stack *m, pmem *pm, buf x, buf r, int act_bf16) {
+    nn_ctx c = act_step_ctx(pm, act_bf16);
+    act_run run = {0, falloc((size_t)pm->n), 0};
+    const float *out = NULL;
+    CHECK(nn_sequential_forward(&c, &m->seq, x.d, 2, 5, &out) == FSDP_OK);
+    run.loss = dot_r(out, r.h, x.n);
+    CHECK(nn_sequential_backward(&c, &m->seq, r.d, x.d, NULL) == FSDP_OK);
+    download(run.grads, pm->d + pm->n, sizeof(float) * (size_t)pm->n);
+    run.act_bytes = fsdp_mem_current(FSDP_MEM_ACTIVATIONS);
+    return run;
+}
+
+static void check_same_bits(const char *what, act_run a, act_run b, int64_t n) {
+    int same = memcmp(&a.loss, &b.loss, sizeof a.loss) == 0 && memcmp(a.grads, b.grads, sizeof(float) * (size_t)n) == 0;
+    printf("  %s: loss %.9f / %.9f, gradients %s, activations %zu -> %zu bytes\n", what, a.loss, b.loss,
+           same ? "bit-identical" : "DIFFER", a.act_bytes, b.act_bytes);
+    CHECK(isfinite(a.loss) && same);
+    CHECK(b.act_bytes < a.act_bytes);
+    free(a.grads), free(b.grads);
+}
+
+static void test_act_bf16(void) {
+    printf("bf16 activations against fp32 activations (bf16 table)\n");
+    for (int views = 0; views <= 1; views++) {
+        nn_gpt2 m;
+        nn_gpt2_config cfg = {11, 8, 2, 2, 16, 0.1f, 1e-5f};
+        CHECK(nn_gpt2_create(&m, cfg) == FSDP_OK);
+        pmem pm = bind_params(&m.params);
+        fsdp_bf16 *b16 = NULL;
+        if (views) {  // every parameter a bf16 view of its values
+            fsdp_bf16 *hb = malloc(sizeof(fsdp_bf16) * (size_t)pm.n);
+            fsdp_f32_to_bf16_array(hb, pm.h, (size_t)pm.n);
+            b16 = dalloc_bytes(sizeof(fsdp_bf16) * (size_t)pm.n);
+            upload(b16, hb, sizeof(fsdp_bf16) * (size_t)pm.n);
+            free(hb);
+            for (int i = 0; i < m.params.count; i++) {
+                nn_param *p = &m.params.items[i];
+                p->data_b16 = b16 + param_offset(&pm, p);
+                p->data = NULL;
+            }
+        }
+        act_run f32 = gpt2_step(&m, &pm, 0), a16 = gpt2_step(&m, &pm, 1);
+        CHECK(m.blocks.blocks[0].act_b16 != NULL && m.blocks.blocks[0].ln1_b16 != NULL && m.blocks.blocks[0].act == NULL);
+        check_same_bits(views ? "GPT-2, bf16 parameter views" : "GPT-2, fp32 parameters", f32, a16, pm.n);
+        nn_gpt2_free(&m);
+        if (b16) dfree(b16);
+        pmem_free(&pm);
+    }
+    nn_encoder_stack m;
+    CHECK(nn_encoder_stack_create(&m, small_cfg(4, FSDP_ACT_RELU, 0, 0, 0, 0.2f), 2) == FSDP_OK);
+    pmem pm = bind_params(&m.params);
+    buf x = buf_new(2 * 5 * 16), r = buf_new(2 * 5 * 16);
+    fill_normal(x.h, x.n, 12, 1.0f);
+    fill_uniform(r.h, r.n, 13, -1.0f, 1.0f);
+    buf_up(x), buf_up(r);
+    act_run f32 = encoder_step(&m, &pm, x, r, 0), a16 = encoder_step(&m, &pm, x, r, 1);
+    CHECK(m.seq.blocks[0].act_b16 != NULL && m.seq.blocks[0].ln1_out != NULL && m.seq.blocks[0].ln1_b16 == NULL);
+    check_same_bits("encoder stack (post-LN, ReLU, dropout 0.2)", f32, a16, pm.n);
+    buf_free(x), buf_free(r), pmem_free(&pm);
+    nn_encoder_stack_free(&m);
+}
+
 int main(void) {
     DEV = fsdp_dev_default();
     ST = fsdp_dev_stream(DEV, FSDP_STREAM_COMPUTE);
@@ -815,6 +913,7 @@ int main(void) {
     test_sequential();
     test_embedding();
     test_cross_entropy();
+    test_act_bf16();
     test_abs_mean();
     test_gpt2(0.0f);
     test_gpt2(0.1f);

@@ -151,17 +151,29 @@ void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsd
 }
 
 // Rows go to threads (one OpenMP region, none for a single chunk's worth): each row gets its bias, its
-// activation, then its part of the dropout mask (elements n*F.., as one call over N*F values would).
-void cpu_bias_act_dropout_forward(float *pre, float *act, const float *bias, int N, int F, fsdp_activation a, float p,
-                                  fsdp_rng rng) {
+// activation, then its part of the dropout mask (elements n*F.., as one call over N*F values would). A
+// bf16 output is made in pieces of ACT_CHUNK values on the stack, then rounded.
+void cpu_bias_act_dropout_forward(float *pre, float *act, fsdp_bf16 *act_b16, const float *bias, int N, int F,
+                                  fsdp_activation a, float p, fsdp_rng rng) {
 #pragma omp parallel for schedule(static) if ((size_t)N * F > 8 * ACT_CHUNK)
     for (int n = 0; n < N; n++) {
         size_t at = (size_t)n * F;
-        float *x = pre + at, *y = act + at;  // (F,) each
+        float *x = pre + at;  // (F,)
 #pragma omp simd
         for (int f = 0; f < F; f++) x[f] += bias[f];
-        act_range(y, x, (size_t)F, a);
-        if (p > 0.0f) cpu_dropout_range(y, y, (size_t)F, p, rng, at);
+        if (!act_b16) {
+            float *y = act + at;  // (F,)
+            act_range(y, x, (size_t)F, a);
+            if (p > 0.0f) cpu_dropout_range(y, y, (size_t)F, p, rng, at);
+            continue;
+        }
+        float piece[ACT_CHUNK];  // (len,) fp32 values of act_b16[at + f0 ..]
+        for (int f0 = 0; f0 < F; f0 += ACT_CHUNK) {
+            size_t len = F - f0 < ACT_CHUNK ? (size_t)(F - f0) : ACT_CHUNK;
+            act_range(piece, x + f0, len, a);
+            if (p > 0.0f) cpu_dropout_range(piece, piece, len, p, rng, at + (size_t)f0);
+            fsdp_f32_to_bf16_array(act_b16 + at + f0, piece, len);
+        }
     }
 }
 

@@ -9,11 +9,11 @@
 static inline int omp_get_num_threads_safe(void) { return omp_get_num_threads(); }
 static inline int omp_get_thread_num_safe(void) { return omp_get_thread_num(); }
 
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+void cpu_layernorm_forward(float *out, fsdp_bf16 *out_b16, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C, float eps);
-void cpu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
-                                    const float *b, float p, fsdp_rng rng, const float *weight, const float *bias,
-                                    int N, int C, float eps);
+void cpu_residual_layernorm_forward(float *res, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd,
+                                    const float *a, const float *b, float p, fsdp_rng rng, const float *weight,
+                                    const float *bias, int N, int C, float eps);
 void cpu_layernorm_backward(float *dinp, float *dweight, float *dbias, const float *dout, const float *dres,
                             const float *inp, const float *weight, const float *mean, const float *rstd, int N,
                             int C);
@@ -32,8 +32,8 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
 void cpu_dropout_range(float *out, const float *inp, size_t n, float p, fsdp_rng rng, uint64_t offset);
 void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_rng rng);
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
-void cpu_bias_act_dropout_forward(float *pre, float *act, const float *bias, int N, int F, fsdp_activation a, float p,
-                                  fsdp_rng rng);
+void cpu_bias_act_dropout_forward(float *pre, float *act, fsdp_bf16 *act_b16, const float *bias, int N, int F,
+                                  fsdp_activation a, float p, fsdp_rng rng);
 void cpu_act_dropout_backward(float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
                               fsdp_rng rng);
 void cpu_add(float *out, const float *a, const float *b, size_t n);

@@ -108,14 +108,15 @@ static void widen_copy(float *dst, const fsdp_bf16 *src, int rows, int cols, int
         for (int c = 0; c < cols; c++) dst[(size_t)r * cols + c] = fsdp_bf16_to_f32(src[(size_t)r * ld + c]);
 }
 
-// B is fp32 (b_bf16 = 0) or bf16 (b_bf16 = 1)
-static void gemm_bf16_emulated(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A,
+// A and B are each fp32 or bf16 (a_bf16, b_bf16; a bf16 A only with alpha 1)
+static void gemm_bf16_emulated(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int a_bf16,
                                int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc) {
     int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
     int team = !omp_in_parallel();
     float *a = grow(team ? &team_a : &thread_a, sizeof(float) * (size_t)ar * ac);
     float *b = grow(team ? &team_b : &thread_b, sizeof(float) * (size_t)br * bc);
-    round_copy(a, A, ar, ac, lda, alpha);  // alpha joins A before rounding, as on the AMX path
+    if (a_bf16) widen_copy(a, A, ar, ac, lda);
+    else round_copy(a, A, ar, ac, lda, alpha);  // alpha joins A before rounding, as on the AMX path
     if (b_bf16) widen_copy(b, B, br, bc, ldb);
     else round_copy(b, B, br, bc, ldb, 1.0f);
     cpu_gemm(trans_a, trans_b, M, N, K, 1.0f, a, ac, b, bc, beta, C, ldc);
@@ -204,13 +205,17 @@ static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
     for (int i = 0; i < 16; i++) memcpy(dst + 32 * i, &r[i], 64);
 }
 
-// Packs 16-row group mi (rows m0..) and k-group kj of op(A) (element (m, k) = A[m*rs + k*cs]).
-AMX_TARGET static void pack_a_tile(uint16_t *dst, const float *A, long rs, long cs, int rows, int n_k, __m512 alpha) {
+// Packs 16-row group mi (rows m0..) and k-group kj of op(A) (element (m, k) = A[m*rs + k*cs]); A is fp32
+// (times alpha, then rounded) or bf16 (copied).
+AMX_TARGET static void pack_a_tile(uint16_t *dst, const void *A, int a_bf16, long rs, long cs, int rows, int n_k,
+                                   __m512 alpha) {
     __m512i r[16];
     if (cs == 1) {
-        lines_along_k(r, A, rs, rows, n_k, alpha);
+        if (a_bf16) lines_along_k_bf16(r, A, rs, rows, n_k);
+        else lines_along_k(r, A, rs, rows, n_k, alpha);
     } else {  // A stored k-major: pair rows of k, then transpose to rows of m
-        pairs_across_k(r, A, cs, rows, n_k, alpha);
+        if (a_bf16) pairs_across_k_bf16(r, A, cs, rows, n_k);
+        else pairs_across_k(r, A, cs, rows, n_k, alpha);
         avx512_transpose16x16(r);
     }
     store_tile(dst, r);
@@ -315,9 +320,9 @@ AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_
 
 // Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
 AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                                        const float *A, int lda, const void *B, int b_bf16, int ldb, float beta, float *C,
-                                        int ldc, int nthreads) {
-    size_t b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float);
+                                        const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb,
+                                        float beta, float *C, int ldc, int nthreads) {
+    size_t a_esize = a_bf16 ? sizeof(fsdp_bf16) : sizeof(float), b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float);
     long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
     long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
     int MT = (M + 31) / 32 * 2, NT = (N + 31) / 32 * 2, KT = (K + 31) / 32;  // 16-row/col and 32-k groups
@@ -343,8 +348,8 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
 #pragma omp for schedule(static)
         for (int t = 0; t < MT * KT; t++) {
             int mi = t / KT, kj = t % KT;
-            pack_a_tile(a_pack + (size_t)t * TILE_ELEMS, A + (long)mi * 16 * rs_a + (long)kj * 32 * cs_a, rs_a, cs_a,
-                        M - mi * 16, K - kj * 32, va);
+            const char *src = (const char *)A + ((long)mi * 16 * rs_a + (long)kj * 32 * cs_a) * (long)a_esize;
+            pack_a_tile(a_pack + (size_t)t * TILE_ELEMS, src, a_bf16, rs_a, cs_a, M - mi * 16, K - kj * 32, va);
         }
         // blocks of 32x32, swept MC_ROWS rows of A at a time so the A block stays in cache across B
         int m_blocks = MT / 2, n_blocks = NT / 2, mc_blocks = MC_ROWS / 32;
@@ -365,9 +370,10 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
     }
 }
 
-static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
-                          const void *B, int b_bf16, int ldb, float beta, float *C, int ldc) {
+static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int a_bf16,
+                          int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc) {
     if (M <= 0 || N <= 0) return;
+    FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
     if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
         for (int i = 0; i < M; i++)
@@ -375,21 +381,31 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
         return;
     }
     if (bf16_path == PATH_EMULATE) {
-        gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, lda, B, b_bf16, ldb, beta, C, ldc);
+        gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc);
         return;
     }
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
-    gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, lda, B, b_bf16, ldb, beta, C, ldc,
-                     flops < 4e6 ? 1 : nthreads);
+    gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C,
+                     ldc, flops < 4e6 ? 1 : nthreads);
 }
 
 void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, lda, B, 0, ldb, beta, C, ldc);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc);
 }
 
 void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                        const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, lda, B, 1, ldb, beta, C, ldc);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc);
+}
+
+void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+                       const float *B, int ldb, float beta, float *C, int ldc) {
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc);
+}
+
+void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+                           const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc);
 }

@@ -36,28 +36,35 @@ static void row_stats(const float *x, int C, float eps, float *mean, float *rstd
     *rstd = (float)(1.0 / sqrt(var / C + eps));
 }
 
-// y (C,) = LayerNorm of x (C,) with its statistics written to *mean, *rstd
-static void row_layernorm(float *y, float *mean, float *rstd, const float *x, const float *weight, const float *bias,
-                          int C, float eps) {
+// y (C,) = LayerNorm of x (C,) with its statistics written to *mean, *rstd; with y_b16 (C,) given, the
+// output goes there in bf16 instead of y
+static void row_layernorm(float *y, fsdp_bf16 *y_b16, float *mean, float *rstd, const float *x, const float *weight,
+                          const float *bias, int C, float eps) {
     float m, s;
     row_stats(x, C, eps, &m, &s);
-    for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
+    if (y_b16)
+        for (int c = 0; c < C; c++) y_b16[c] = fsdp_f32_to_bf16((x[c] - m) * s * weight[c] + bias[c]);
+    else
+        for (int c = 0; c < C; c++) y[c] = (x[c] - m) * s * weight[c] + bias[c];
     *mean = m;
     *rstd = s;
 }
 
-void cpu_layernorm_forward(float *out, float *mean, float *rstd, const float *inp,
+void cpu_layernorm_forward(float *out, fsdp_bf16 *out_b16, float *mean, float *rstd, const float *inp,
                            const float *weight, const float *bias, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= LN_MIN_PARALLEL)
-    for (int n = 0; n < N; n++)
-        row_layernorm(out + (size_t)n * C, mean + n, rstd + n, inp + (size_t)n * C, weight, bias, C, eps);
+    for (int n = 0; n < N; n++) {
+        size_t at = (size_t)n * C;
+        row_layernorm(out_b16 ? NULL : out + at, out_b16 ? out_b16 + at : NULL, mean + n, rstd + n, inp + at, weight,
+                      bias, C, eps);
+    }
 }
 
 // res = a + dropout(b) (the dropout mask of one call over all N*C values), then out = LayerNorm(res):
 // the residual add and the norm after it in one pass over each row
-void cpu_residual_layernorm_forward(float *res, float *out, float *mean, float *rstd, const float *a,
-                                    const float *b, float p, fsdp_rng rng, const float *weight, const float *bias,
-                                    int N, int C, float eps) {
+void cpu_residual_layernorm_forward(float *res, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd,
+                                    const float *a, const float *b, float p, fsdp_rng rng, const float *weight,
+                                    const float *bias, int N, int C, float eps) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= LN_MIN_PARALLEL)
     for (int n = 0; n < N; n++) {
         size_t at = (size_t)n * C;
@@ -68,7 +75,8 @@ void cpu_residual_layernorm_forward(float *res, float *out, float *mean, float *
         } else {
             for (int c = 0; c < C; c++) r[c] = a[at + c] + b[at + c];
         }
-        row_layernorm(out + at, mean + n, rstd + n, r, weight, bias, C, eps);
+        row_layernorm(out_b16 ? NULL : out + at, out_b16 ? out_b16 + at : NULL, mean + n, rstd + n, r, weight, bias, C,
+                      eps);
     }
 }
 

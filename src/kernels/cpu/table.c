@@ -24,14 +24,22 @@ WRAP(t_gemm_b16, cpu_gemm_bf16_b16,
      (fsdp_stream *st, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
       const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc),
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+WRAP(t_gemm_a16, cpu_gemm_bf16_a16,
+     (fsdp_stream *st, int ta, int tb, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+      const float *B, int ldb, float beta, float *C, int ldc),
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+WRAP(t_gemm_a16_b16, cpu_gemm_bf16_a16_b16,
+     (fsdp_stream *st, int ta, int tb, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+      const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc),
+     (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
 WRAP(t_layernorm_forward, cpu_layernorm_forward,
-     (fsdp_stream *st, float *out, float *mean, float *rstd, const float *inp, const float *weight,
-      const float *bias, int N, int C, float eps),
-     (out, mean, rstd, inp, weight, bias, N, C, eps))
+     (fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd, const float *inp,
+      const float *weight, const float *bias, int N, int C, float eps),
+     (out, out_b16, mean, rstd, inp, weight, bias, N, C, eps))
 WRAP(t_residual_layernorm_forward, cpu_residual_layernorm_forward,
-     (fsdp_stream *st, float *res, float *out, float *mean, float *rstd, const float *a, const float *b, float p,
-      fsdp_rng rng, const float *weight, const float *bias, int N, int C, float eps),
-     (res, out, mean, rstd, a, b, p, rng, weight, bias, N, C, eps))
+     (fsdp_stream *st, float *res, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd, const float *a,
+      const float *b, float p, fsdp_rng rng, const float *weight, const float *bias, int N, int C, float eps),
+     (res, out, out_b16, mean, rstd, a, b, p, rng, weight, bias, N, C, eps))
 WRAP(t_layernorm_backward, cpu_layernorm_backward,
      (fsdp_stream *st, float *dinp, float *dweight, float *dbias, const float *dout, const float *dres,
       const float *inp, const float *weight, const float *mean, const float *rstd, int N, int C),
@@ -61,9 +69,9 @@ WRAP(t_dropout_forward, cpu_dropout_forward,
 WRAP(t_dropout_backward, cpu_dropout_backward,
      (fsdp_stream *st, float *dinp, const float *dout, size_t n, float p, fsdp_rng rng), (dinp, dout, n, p, rng))
 WRAP(t_bias_act_dropout_forward, cpu_bias_act_dropout_forward,
-     (fsdp_stream *st, float *pre, float *act, const float *bias, int N, int F, fsdp_activation a, float p,
-      fsdp_rng rng),
-     (pre, act, bias, N, F, a, p, rng))
+     (fsdp_stream *st, float *pre, float *act, fsdp_bf16 *act_b16, const float *bias, int N, int F, fsdp_activation a,
+      float p, fsdp_rng rng),
+     (pre, act, act_b16, bias, N, F, a, p, rng))
 WRAP(t_act_dropout_backward, cpu_act_dropout_backward,
      (fsdp_stream *st, float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
       fsdp_rng rng),
@@ -134,7 +142,8 @@ WRAP(t_sum_squares_exact, cpu_sum_squares_exact, (fsdp_stream *st, int64_t *word
 
 // the entries both tables share (everything but the matrix products)
 #define CPU_COMMON_ENTRIES                                                                                   \
-    .device = FSDP_DEV_CPU, .gemm_b16 = t_gemm_b16, .layernorm_forward = t_layernorm_forward,                \
+    .device = FSDP_DEV_CPU, .gemm_b16 = t_gemm_b16, .gemm_a16 = t_gemm_a16, .gemm_a16_b16 = t_gemm_a16_b16,     \
+    .layernorm_forward = t_layernorm_forward,                                                                \
     .residual_layernorm_forward = t_residual_layernorm_forward, .layernorm_backward = t_layernorm_backward,  \
     .bias_act_dropout_forward = t_bias_act_dropout_forward, .act_dropout_backward = t_act_dropout_backward,  \
     .relu_forward = t_relu_forward,                                                                          \
