@@ -2,7 +2,8 @@
 # bench/cpu_speed.sh: the CPU-speed figures (issue #15), all in one run, beside PyTorch's:
 #   - the machine's ceilings (bench/ceiling.c): fp32 FMA peak and, with avx512_bf16, the VDPBF16PS peak;
 #   - GPT bench model (L6 C512 H8 V256 T256), 2 ranks x 1 thread, 8 sequences per rank: fp32 tokens/s,
-#     GFLOP/s and share of the FMA peak; bf16 tokens/s, bf16/fp32 and share of the bf16 peak;
+#     GFLOP/s and share of the FMA peak; bf16 tokens/s, bf16/fp32 and share of the bf16 peak; the
+#     accounted peak memory per rank in both;
 #     PyTorch DDP (gloo, 2 ranks x 1 thread, the same 16 sequences per step), fp32;
 #   - seed model (4 x TransformerEncoderLayer(128, 4), F 2048, T 8), 2 ranks x 1 thread, 16 sequences
 #     per rank: ms/step against PyTorch on one thread with 16 sequences (the same work per core).
@@ -41,6 +42,7 @@ fi
 echo "   fp32 FMA peak, 2 threads: ${fma:-n/a} GFLOP/s; bf16 (VDPBF16PS) peak, 2 threads: ${bf16peak:-n/a} GFLOP/s"
 
 tps() { sed -n 's/^mean .* \([0-9][0-9]*\) tok\/s.*/\1/p' "$1" | tail -1; }
+peak_mib() { sed -n 's/^mean .*peak memory \([0-9.]*\) MiB.*/\1/p' "$1" | tail -1; }  # accounted, per rank
 best_of_2() {  # tag, flags...: best tokens/s of two runs (empty if both failed)
   local tag=$1 best= t; shift
   for r in 1 2; do
@@ -81,6 +83,8 @@ printf '%-44s %12s %12s %12s %10s\n' "GPT fp32 tokens/s (2 ranks x 1 thread)" "$
 printf '%-44s %12s %12s %12s %10s\n' "GPT fp32 GFLOP/s, share of FMA peak" "$g32 $(pct "$g32" "$fma")" "" "" ">= 75%"
 printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 tokens/s, bf16/fp32" "${b16:-failed} $(ratio "$b16" "$f32")" "" "" ">= 2.0x"
 printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 GFLOP/s, share of bf16 peak" "$g16 $(pct "$g16" "$bf16peak")" "" "" "-"
+printf '%-44s %12s %12s %12s %10s\n' "GPT peak MiB per rank, fp32 / bf16" \
+  "$(peak_mib "$LOGS/speed-fp32-1.log") / $(peak_mib "$LOGS/speed-bf16-1.log")" "" "" "-"
 
 # seed model: fsdp-minimal's mean line (steps 1..N-1) against torch_seed.py on one thread
 seed=
