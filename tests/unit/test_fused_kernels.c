@@ -47,7 +47,7 @@ static void check_cross_entropy(int N, int V, float offset) {
     for (int n = 0; n < N; n++) tgt[n] = n == 0 ? 0 : n == 1 ? V - 1 : (int32_t)((n * 7919) % V);
     float *losses = malloc(sizeof(float) * (size_t)N), *stats = malloc(sizeof(float) * 2 * (size_t)N);
     float *dlogits = malloc(sizeof(float) * (size_t)N * V), *inplace = malloc(sizeof(float) * (size_t)N * V);
-    double *want_losses = malloc(sizeof(double) * (size_t)N), *want_d = malloc(sizeof(double) * (size_t)N * V);
+    double *want_losses = calloc((size_t)N, sizeof(double)), *want_d = calloc((size_t)N * V, sizeof(double));
     float dloss = 0.75f / (float)N;
     double want = 0;
     for (int n = 0; n < N; n++) {
@@ -118,7 +118,7 @@ static void check_residual_layernorm(int N, int C, float p) {
     CHECK(same_bits(mean, u_mean, (size_t)N) && same_bits(rstd, u_rstd, (size_t)N));
     CHECK(same_bits(dinp, u_dinp, n) && same_bits(dw, u_dw, (size_t)C) && same_bits(db, u_db, (size_t)C));
     // against double: the residual (with the mask of kernels.h) exactly, the norm and its gradients
-    double *y = malloc(sizeof(double) * n), *xhat = malloc(sizeof(double) * n), *dx = malloc(sizeof(double) * n);
+    double *y = calloc(n, sizeof(double)), *xhat = calloc(n, sizeof(double)), *dx = calloc(n, sizeof(double));
     double *wdw = calloc((size_t)C, sizeof(double)), *wdb = calloc((size_t)C, sizeof(double));
     float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     int res_ok = 1;
@@ -188,7 +188,7 @@ static void check_bias_act_dropout(int N, int F, fsdp_activation a, float p) {
     cpu_act_dropout_backward(dpre, dact, pre, n, a, p, rng);
     memcpy(inplace, dact, sizeof(float) * n);
     cpu_act_dropout_backward(inplace, inplace, pre, n, a, p, rng);
-    double *want = malloc(sizeof(double) * n), *want_d = malloc(sizeof(double) * n);
+    double *want = calloc(n, sizeof(double)), *want_d = calloc(n, sizeof(double));  // (n,) each
     double scale = p < 1.0f ? 1.0 / (1.0 - p) : 0.0;
     int pre_ok = 1, mask_ok = 1;
     size_t dropped = 0;
