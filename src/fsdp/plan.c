@@ -13,8 +13,9 @@ static double max2(double a, double b) { return a > b ? a : b; }
 
 // The packing scratch of the GEMMs: the fp32 kernel's fixed panels (sgemm_avx512.c: KC x NC of B and
 // MC x KC of A, per thread that runs a one-thread product, plus one shared B block for team products),
-// or the bf16 kernel's, which grow to the largest packed operand (gemm_bf16.c: ceil32(rows) x
-// ceil32(K) bf16 values, or fp32 copies when emulated). Team products (outside parallel regions, and
+// or the bf16 kernel's, which grow to the largest packed operand (gemm_bf16.c: ceil32(columns of B) x
+// ceil32(K) bf16 values, and A's rows packed 512 at a time: min(ceil32(rows), 512) x ceil32(K); fp32
+// copies of both when emulated). Team products (outside parallel regions, and
 // for the packed path at least 4 MFLOP) use one scratch; one-thread products use their thread's.
 typedef struct {
     int64_t m, n, k;
@@ -65,7 +66,7 @@ static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, i
             a = 4.0 * (double)g[i].m * (double)g[i].k;
             b = 4.0 * (double)g[i].n * (double)g[i].k;
         } else {
-            a = 2.0 * (double)round_up(g[i].m, 32) * (double)round_up(g[i].k, 32);
+            a = 2.0 * (double)(g[i].m < 512 ? round_up(g[i].m, 32) : 512) * (double)round_up(g[i].k, 32);
             b = 2.0 * (double)round_up(g[i].n, 32) * (double)round_up(g[i].k, 32);
         }
         int small = !in->bf16_emulated && 2.0 * (double)g[i].m * (double)g[i].n * (double)g[i].k < 4e6;

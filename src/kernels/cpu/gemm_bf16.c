@@ -72,8 +72,9 @@ const char *cpu_gemm_bf16_name(void) {
 
 // Scratch: per thread for one-thread calls (attention runs GEMMs inside a parallel region), shared
 // for team calls. Grown, never shrunk, so steady-state training allocates nothing. Accounted as
-// workspace: a packed operand is its padded size in bf16, ceil32(rows) x ceil32(K) x 2 bytes (K = V for
-// the LM head's input gradient), which fsdp/plan.c predicts from the model's products.
+// workspace: packed B is its padded size in bf16, ceil32(columns) x ceil32(K) x 2 bytes (K = V for the LM
+// head's input gradient); A is packed MC_ROWS rows at a time, min(ceil32(rows), MC_ROWS) x ceil32(K) x 2
+// bytes. fsdp/plan.c predicts both from the model's products.
 typedef struct {
     void *p;
     size_t bytes;
@@ -201,8 +202,9 @@ AMX_TARGET static void pairs_across_k_bf16(__m512i r[16], const fsdp_bf16 *src, 
     }
 }
 
-static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
-    for (int i = 0; i < 16; i++) memcpy(dst + 32 * i, &r[i], 64);
+// dst: one packed tile, 64-byte aligned (the scratch is FSDP_ALIGNMENT-aligned, tiles are 1 KiB)
+AMX_TARGET static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
+    for (int i = 0; i < 16; i++) _mm512_store_si512(dst + 32 * i, r[i]);
 }
 
 // Packs 16-row group mi (rows m0..) and k-group kj of op(A) (element (m, k) = A[m*rs + k*cs]); A is fp32
@@ -286,6 +288,10 @@ AMX_TARGET static void micro_kernel(const uint16_t *ap, const uint16_t *bp, int 
 AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_t *bp, int KT, float *c, int ldc,
                                                int m, int n, int accumulate) {
     const uint16_t *b1 = bp + (size_t)KT * TILE_ELEMS;
+    for (int r = 0; r < m; r++) {  // C's lines are fetched while the first rows compute, not when stored
+        _mm_prefetch((const char *)(c + (long)r * ldc), _MM_HINT_T0);
+        _mm_prefetch((const char *)(c + (long)r * ldc + 16), _MM_HINT_T0);
+    }
     for (int r0 = 0; r0 < m; r0 += 8) {
         const uint16_t *a_tile = ap + (size_t)(r0 / 16) * KT * TILE_ELEMS;  // the 16-row group of rows r0..
         int rl = r0 % 16, rows = m - r0 < 8 ? m - r0 : 8;
@@ -327,7 +333,8 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
     long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
     int MT = (M + 31) / 32 * 2, NT = (N + 31) / 32 * 2, KT = (K + 31) / 32;  // 16-row/col and 32-k groups
     int team = nthreads > 1;
-    uint16_t *a_pack = grow(team ? &team_a : &thread_a, sizeof(uint16_t) * TILE_ELEMS * (size_t)MT * KT);
+    int chunk_groups = MT < MC_ROWS / 16 ? MT : MC_ROWS / 16;  // 16-row groups of A packed at a time
+    uint16_t *a_pack = grow(team ? &team_a : &thread_a, sizeof(uint16_t) * TILE_ELEMS * (size_t)chunk_groups * KT);
     uint16_t *b_pack = grow(team ? &team_b : &thread_b, sizeof(uint16_t) * TILE_ELEMS * (size_t)NT * KT);
     int accumulate = beta != 0.0f;
     __m512 va = _mm512_set1_ps(alpha);
@@ -345,21 +352,22 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
             const char *src = (const char *)B + ((long)kj * 32 * rs_b + (long)nj * 16 * cs_b) * (long)b_esize;
             pack_b_tile(b_pack + (size_t)t * TILE_ELEMS, src, b_bf16, rs_b, cs_b, N - nj * 16, K - kj * 32);
         }
-#pragma omp for schedule(static)
-        for (int t = 0; t < MT * KT; t++) {
-            int mi = t / KT, kj = t % KT;
-            const char *src = (const char *)A + ((long)mi * 16 * rs_a + (long)kj * 32 * cs_a) * (long)a_esize;
-            pack_a_tile(a_pack + (size_t)t * TILE_ELEMS, src, a_bf16, rs_a, cs_a, M - mi * 16, K - kj * 32, va);
-        }
-        // blocks of 32x32, swept MC_ROWS rows of A at a time so the A block stays in cache across B
+        // A is packed MC_ROWS rows at a time, just before its blocks of 32x32 are swept across all of B,
+        // so the packed A block is still in L2 when the micro-kernels read it
         int m_blocks = MT / 2, n_blocks = NT / 2, mc_blocks = MC_ROWS / 32;
         for (int mb0 = 0; mb0 < m_blocks; mb0 += mc_blocks) {
             int mbn = m_blocks - mb0 < mc_blocks ? m_blocks - mb0 : mc_blocks;
+#pragma omp for schedule(static)
+            for (int t = 0; t < 2 * mbn * KT; t++) {
+                int mi = 2 * mb0 + t / KT, kj = t % KT;
+                const char *src = (const char *)A + ((long)mi * 16 * rs_a + (long)kj * 32 * cs_a) * (long)a_esize;
+                pack_a_tile(a_pack + (size_t)t * TILE_ELEMS, src, a_bf16, rs_a, cs_a, M - mi * 16, K - kj * 32, va);
+            }
 #pragma omp for schedule(static) collapse(2)
             for (int nb = 0; nb < n_blocks; nb++)
                 for (int mb = mb0; mb < mb0 + mbn; mb++) {
                     int m = M - mb * 32 < 32 ? M - mb * 32 : 32, n = N - nb * 32 < 32 ? N - nb * 32 : 32;
-                    const uint16_t *ap = a_pack + (size_t)mb * 2 * KT * TILE_ELEMS;
+                    const uint16_t *ap = a_pack + (size_t)(mb - mb0) * 2 * KT * TILE_ELEMS;
                     const uint16_t *bp = b_pack + (size_t)nb * 2 * KT * TILE_ELEMS;
                     float *cb = C + (long)mb * 32 * ldc + nb * 32;
                     if (use_amx) micro_kernel(ap, bp, KT, cb, ldc, m, n, accumulate);
