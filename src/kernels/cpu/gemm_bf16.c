@@ -338,6 +338,10 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
     uint16_t *b_pack = grow(team ? &team_b : &thread_b, sizeof(uint16_t) * TILE_ELEMS * (size_t)NT * KT);
     int accumulate = beta != 0.0f;
     __m512 va = _mm512_set1_ps(alpha);
+    // Tiles are packed in the order the source is stored: along k where k runs contiguously (op(A)'s
+    // rows, op(B)'s columns under trans_b), else a band of 32 source lines at a time across all of its
+    // groups, so reads run along whole lines instead of down 64-byte strips of every line.
+    int k_runs_a = cs_a == 1, k_runs_b = rs_b == 1;
 #pragma omp parallel num_threads(nthreads) if (team)
     {
         if (use_amx) configure_tiles();
@@ -348,9 +352,9 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
         }
 #pragma omp for schedule(static) nowait
         for (int t = 0; t < NT * KT; t++) {
-            int nj = t / KT, kj = t % KT;
+            int nj = k_runs_b ? t / KT : t % NT, kj = k_runs_b ? t % KT : t / NT;
             const char *src = (const char *)B + ((long)kj * 32 * rs_b + (long)nj * 16 * cs_b) * (long)b_esize;
-            pack_b_tile(b_pack + (size_t)t * TILE_ELEMS, src, b_bf16, rs_b, cs_b, N - nj * 16, K - kj * 32);
+            pack_b_tile(b_pack + ((size_t)nj * KT + kj) * TILE_ELEMS, src, b_bf16, rs_b, cs_b, N - nj * 16, K - kj * 32);
         }
         // A is packed MC_ROWS rows at a time, just before its blocks of 32x32 are swept across all of B,
         // so the packed A block is still in L2 when the micro-kernels read it
@@ -359,9 +363,10 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
             int mbn = m_blocks - mb0 < mc_blocks ? m_blocks - mb0 : mc_blocks;
 #pragma omp for schedule(static)
             for (int t = 0; t < 2 * mbn * KT; t++) {
-                int mi = 2 * mb0 + t / KT, kj = t % KT;
+                int g = k_runs_a ? t / KT : t % (2 * mbn), kj = k_runs_a ? t % KT : t / (2 * mbn), mi = 2 * mb0 + g;
                 const char *src = (const char *)A + ((long)mi * 16 * rs_a + (long)kj * 32 * cs_a) * (long)a_esize;
-                pack_a_tile(a_pack + (size_t)t * TILE_ELEMS, src, a_bf16, rs_a, cs_a, M - mi * 16, K - kj * 32, va);
+                pack_a_tile(a_pack + ((size_t)g * KT + kj) * TILE_ELEMS, src, a_bf16, rs_a, cs_a, M - mi * 16,
+                            K - kj * 32, va);
             }
 #pragma omp for schedule(static) collapse(2)
             for (int nb = 0; nb < n_blocks; nb++)
