@@ -6,7 +6,8 @@
 #     accounted peak memory per rank in both;
 #     PyTorch DDP (gloo, 2 ranks x 1 thread, the same 16 sequences per step), fp32;
 #   - seed model (4 x TransformerEncoderLayer(128, 4), F 2048, T 8), 2 ranks x 1 thread, 16 sequences
-#     per rank: ms/step against PyTorch on one thread with 16 sequences (the same work per core).
+#     per rank: ms/step against PyTorch on one thread with 16 sequences (the same work per core);
+#   - the GEMM rates as two one-thread processes see them at once (bench/gemm_pair.sh): fp32, bf16, ratio.
 # Ours: best of 2 runs (the VM's speed drifts by ~10% between runs). PyTorch: OPENBLAS_CORETYPE as in
 # the environment and Haswell, the fastest kept.
 # Knobs: BUILD=build, BENCH_PYTHON=/usr/bin/python3, BENCH_GPT_STEPS=6, BENCH_SEED_STEPS=100.
@@ -97,3 +98,5 @@ torch_seed=$(torch_best seed ms_per_step min bench/torch_seed.py --steps "$SEED_
 printf '%-44s %12s %12s %12s %10s\n' "seed model ms/step (16 sequences per core)" "${seed:-failed}" "${torch_seed:-n/a}" \
   "$(ratio "$seed" "$torch_seed")" "<= 0.40x"
 echo "   (logs: $LOGS/speed-*.log)"
+echo
+BUILD=$BUILD bash "$(dirname "$0")/gemm_pair.sh"
