@@ -249,6 +249,15 @@ static inline nn_ctx make_ctx(void) {
     return c;
 }
 
+// The device, its compute stream and kernels, and CTX; prints which device the checks run on
+static inline void gradcheck_setup(void) {
+    DEV = fsdp_dev_default();
+    ST = fsdp_dev_stream(DEV, FSDP_STREAM_COMPUTE);
+    K = fsdp_dev_kernels(DEV, 0);
+    CTX = make_ctx();
+    printf("device %s, kernels %s\n", fsdp_dev_name(DEV), K->name);
+}
+
 // a small encoder layer (d_model 16, d_ff 24) with the given heads, activation, layout and dropout
 static inline nn_block_config small_cfg(int H, nn_activation act, int norm_first, int causal, int batch_first, float p) {
     nn_block_config c = nn_encoder_layer_defaults(16, H);

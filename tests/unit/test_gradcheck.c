@@ -449,11 +449,7 @@ static void test_abs_mean(void) {
 }
 
 int main(void) {
-    DEV = fsdp_dev_default();
-    ST = fsdp_dev_stream(DEV, FSDP_STREAM_COMPUTE);
-    K = fsdp_dev_kernels(DEV, 0);
-    CTX = make_ctx();
-    printf("device %s, kernels %s\n", fsdp_dev_name(DEV), K->name);
+    gradcheck_setup();
     test_linear(0);
     test_linear(1);
     test_layernorm();

@@ -200,11 +200,7 @@ static void test_act_bf16(void) {
 }
 
 int main(void) {
-    DEV = fsdp_dev_default();
-    ST = fsdp_dev_stream(DEV, FSDP_STREAM_COMPUTE);
-    K = fsdp_dev_kernels(DEV, 0);
-    CTX = make_ctx();
-    printf("device %s, kernels %s\n", fsdp_dev_name(DEV), K->name);
+    gradcheck_setup();
     test_act_bf16();
     test_gpt2(0.0f);
     test_gpt2(0.1f);
