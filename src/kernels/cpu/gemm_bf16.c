@@ -202,9 +202,11 @@ AMX_TARGET static void pairs_across_k_bf16(__m512i r[16], const fsdp_bf16 *src, 
     }
 }
 
-// dst: one packed tile, 64-byte aligned (the scratch is FSDP_ALIGNMENT-aligned, tiles are 1 KiB)
+// dst: one packed tile, 64-byte aligned (the scratch is FSDP_ALIGNMENT-aligned, tiles are 1 KiB).
+// Masked stores (all lanes): GCC turns a loop of plain stores from r into a 1 KiB memcpy call from the
+// stack (perf showed that memcpy at ~1% of a bf16 step).
 AMX_TARGET static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
-    for (int i = 0; i < 16; i++) _mm512_store_si512(dst + 32 * i, r[i]);
+    for (int i = 0; i < 16; i++) _mm512_mask_store_epi32(dst + 32 * i, 0xffff, r[i]);
 }
 
 // Packs 16-row group mi (rows m0..) and k-group kj of op(A) (element (m, k) = A[m*rs + k*cs]); A is fp32
@@ -324,60 +326,102 @@ AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_
     }
 }
 
-// Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
-AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
-                                        const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb,
-                                        float beta, float *C, int ldc, int nthreads) {
-    size_t a_esize = a_bf16 ? sizeof(fsdp_bf16) : sizeof(float), b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float);
-    long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
-    long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
-    int MT = (M + 31) / 32 * 2, NT = (N + 31) / 32 * 2, KT = (K + 31) / 32;  // 16-row/col and 32-k groups
-    int team = nthreads > 1;
-    int chunk_groups = MT < MC_ROWS / 16 ? MT : MC_ROWS / 16;  // 16-row groups of A packed at a time
-    uint16_t *a_pack = grow(team ? &team_a : &thread_a, sizeof(uint16_t) * TILE_ELEMS * (size_t)chunk_groups * KT);
-    uint16_t *b_pack = grow(team ? &team_b : &thread_b, sizeof(uint16_t) * TILE_ELEMS * (size_t)NT * KT);
-    int accumulate = beta != 0.0f;
-    __m512 va = _mm512_set1_ps(alpha);
+// One product's operands and packed tiles, as every thread sees them.
+typedef struct {
+    int use_amx, M, N, K, MT, NT, KT;  // MT, NT: 16-row/column groups; KT: 32-k groups
+    const char *A, *B;                 // op(A)(m, k) at A + (m*rs_a + k*cs_a) * a_esize; op(B) likewise
+    long rs_a, cs_a, rs_b, cs_b;
+    int a_bf16, b_bf16;
+    size_t a_esize, b_esize;
+    float *C;  // (M, ldc)
+    int ldc, accumulate;
+    __m512 alpha;
+    uint16_t *a_pack;  // (chunk_groups * KT) tiles: the A block being swept
+    uint16_t *b_pack;  // (NT * KT) tiles
     // Tiles are packed in the order the source is stored: along k where k runs contiguously (op(A)'s
     // rows, op(B)'s columns under trans_b), else a band of 32 source lines at a time across all of its
     // groups, so reads run along whole lines instead of down 64-byte strips of every line.
-    int k_runs_a = cs_a == 1, k_runs_b = rs_b == 1;
-#pragma omp parallel num_threads(nthreads) if (team)
+    int k_runs_a, k_runs_b;
+} bf16_product;
+
+// B tile number t in packing order
+AMX_TARGET static void product_pack_b(const bf16_product *p, int t) {
+    int nj = p->k_runs_b ? t / p->KT : t % p->NT, kj = p->k_runs_b ? t % p->KT : t / p->NT;
+    const char *src = p->B + ((long)kj * 32 * p->rs_b + (long)nj * 16 * p->cs_b) * (long)p->b_esize;
+    pack_b_tile(p->b_pack + ((size_t)nj * p->KT + kj) * TILE_ELEMS, src, p->b_bf16, p->rs_b, p->cs_b, p->N - nj * 16,
+                p->K - kj * 32);
+}
+
+// A tile number t in packing order, of the block of 2 * mbn groups from 32-row block mb0
+AMX_TARGET static void product_pack_a(const bf16_product *p, int mb0, int mbn, int t) {
+    int KT = p->KT, g = p->k_runs_a ? t / KT : t % (2 * mbn), kj = p->k_runs_a ? t % KT : t / (2 * mbn);
+    int mi = 2 * mb0 + g;
+    const char *src = p->A + ((long)mi * 16 * p->rs_a + (long)kj * 32 * p->cs_a) * (long)p->a_esize;
+    pack_a_tile(p->a_pack + ((size_t)g * KT + kj) * TILE_ELEMS, src, p->a_bf16, p->rs_a, p->cs_a, p->M - mi * 16,
+                p->K - kj * 32, p->alpha);
+}
+
+// The 32x32 block (mb, nb) of C, from the A block that starts at 32-row block mb0
+AMX_TARGET static void product_block(const bf16_product *p, int mb0, int mb, int nb) {
+    int m = p->M - mb * 32 < 32 ? p->M - mb * 32 : 32, n = p->N - nb * 32 < 32 ? p->N - nb * 32 : 32;
+    const uint16_t *ap = p->a_pack + (size_t)(mb - mb0) * 2 * p->KT * TILE_ELEMS;
+    const uint16_t *bp = p->b_pack + (size_t)nb * 2 * p->KT * TILE_ELEMS;
+    float *cb = p->C + (long)mb * 32 * p->ldc + nb * 32;
+    if (p->use_amx) micro_kernel(ap, bp, p->KT, cb, p->ldc, m, n, p->accumulate);
+    else micro_kernel_avx512bf16(ap, bp, p->KT, cb, p->ldc, m, n, p->accumulate);
+}
+
+// Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
+// A is packed MC_ROWS rows at a time, just before its blocks of 32x32 are swept across all of B, so the
+// packed A block is still in L2 when the micro-kernels read it.
+AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
+                                        const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb,
+                                        float beta, float *C, int ldc, int nthreads) {
+    bf16_product p = {.use_amx = use_amx, .M = M, .N = N, .K = K, .MT = (M + 31) / 32 * 2, .NT = (N + 31) / 32 * 2,
+                      .KT = (K + 31) / 32, .A = A, .B = B, .rs_a = trans_a ? 1 : lda, .cs_a = trans_a ? lda : 1,
+                      .rs_b = trans_b ? 1 : ldb, .cs_b = trans_b ? ldb : 1, .a_bf16 = a_bf16, .b_bf16 = b_bf16,
+                      .a_esize = a_bf16 ? sizeof(fsdp_bf16) : sizeof(float),
+                      .b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float), .C = C, .ldc = ldc,
+                      .accumulate = beta != 0.0f, .alpha = _mm512_set1_ps(alpha)};
+    p.k_runs_a = p.cs_a == 1;
+    p.k_runs_b = p.rs_b == 1;
+    int team = nthreads > 1, KT = p.KT;
+    int chunk_groups = p.MT < MC_ROWS / 16 ? p.MT : MC_ROWS / 16;  // 16-row groups of A packed at a time
+    p.a_pack = grow(team ? &team_a : &thread_a, sizeof(uint16_t) * TILE_ELEMS * (size_t)chunk_groups * KT);
+    p.b_pack = grow(team ? &team_b : &thread_b, sizeof(uint16_t) * TILE_ELEMS * (size_t)p.NT * KT);
+    int m_blocks = p.MT / 2, n_blocks = p.NT / 2, mc_blocks = MC_ROWS / 32;
+    int scale = beta != 0.0f && beta != 1.0f;
+    if (!team) {  // no OpenMP constructs at all: a team of one still pays a futex call per barrier
+        if (use_amx) configure_tiles();
+        for (int i = 0; i < M && scale; i++)
+            for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
+        for (int t = 0; t < p.NT * KT; t++) product_pack_b(&p, t);
+        for (int mb0 = 0; mb0 < m_blocks; mb0 += mc_blocks) {
+            int mbn = m_blocks - mb0 < mc_blocks ? m_blocks - mb0 : mc_blocks;
+            for (int t = 0; t < 2 * mbn * KT; t++) product_pack_a(&p, mb0, mbn, t);
+            for (int nb = 0; nb < n_blocks; nb++)
+                for (int mb = mb0; mb < mb0 + mbn; mb++) product_block(&p, mb0, mb, nb);
+        }
+        if (use_amx) _tile_release();
+        return;
+    }
+#pragma omp parallel num_threads(nthreads)
     {
         if (use_amx) configure_tiles();
-        if (beta != 0.0f && beta != 1.0f) {
+        if (scale) {
 #pragma omp for schedule(static)
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
         }
 #pragma omp for schedule(static) nowait
-        for (int t = 0; t < NT * KT; t++) {
-            int nj = k_runs_b ? t / KT : t % NT, kj = k_runs_b ? t % KT : t / NT;
-            const char *src = (const char *)B + ((long)kj * 32 * rs_b + (long)nj * 16 * cs_b) * (long)b_esize;
-            pack_b_tile(b_pack + ((size_t)nj * KT + kj) * TILE_ELEMS, src, b_bf16, rs_b, cs_b, N - nj * 16, K - kj * 32);
-        }
-        // A is packed MC_ROWS rows at a time, just before its blocks of 32x32 are swept across all of B,
-        // so the packed A block is still in L2 when the micro-kernels read it
-        int m_blocks = MT / 2, n_blocks = NT / 2, mc_blocks = MC_ROWS / 32;
+        for (int t = 0; t < p.NT * KT; t++) product_pack_b(&p, t);
         for (int mb0 = 0; mb0 < m_blocks; mb0 += mc_blocks) {
             int mbn = m_blocks - mb0 < mc_blocks ? m_blocks - mb0 : mc_blocks;
 #pragma omp for schedule(static)
-            for (int t = 0; t < 2 * mbn * KT; t++) {
-                int g = k_runs_a ? t / KT : t % (2 * mbn), kj = k_runs_a ? t % KT : t / (2 * mbn), mi = 2 * mb0 + g;
-                const char *src = (const char *)A + ((long)mi * 16 * rs_a + (long)kj * 32 * cs_a) * (long)a_esize;
-                pack_a_tile(a_pack + ((size_t)g * KT + kj) * TILE_ELEMS, src, a_bf16, rs_a, cs_a, M - mi * 16,
-                            K - kj * 32, va);
-            }
+            for (int t = 0; t < 2 * mbn * KT; t++) product_pack_a(&p, mb0, mbn, t);
 #pragma omp for schedule(static) collapse(2)
             for (int nb = 0; nb < n_blocks; nb++)
-                for (int mb = mb0; mb < mb0 + mbn; mb++) {
-                    int m = M - mb * 32 < 32 ? M - mb * 32 : 32, n = N - nb * 32 < 32 ? N - nb * 32 : 32;
-                    const uint16_t *ap = a_pack + (size_t)(mb - mb0) * 2 * KT * TILE_ELEMS;
-                    const uint16_t *bp = b_pack + (size_t)nb * 2 * KT * TILE_ELEMS;
-                    float *cb = C + (long)mb * 32 * ldc + nb * 32;
-                    if (use_amx) micro_kernel(ap, bp, KT, cb, ldc, m, n, accumulate);
-                    else micro_kernel_avx512bf16(ap, bp, KT, cb, ldc, m, n, accumulate);
-                }
+                for (int mb = mb0; mb < mb0 + mbn; mb++) product_block(&p, mb0, mb, nb);
         }
         if (use_amx) _tile_release();
     }

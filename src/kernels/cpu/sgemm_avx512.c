@@ -104,9 +104,13 @@ AVX512 static void pack_b(float *dst, const float *B, long rs, long cs, int kc, 
     }
 }
 
-// C (m <= MR rows, n <= NR cols, leading dim ldc) += a (kc, MR) @ b (kc, NR)
-AVX512 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *restrict c,
-                                long ldc, int m, int n) {
+// C (m <= rows_max rows, n <= NR cols, leading dim ldc) += a (kc, MR) @ b (kc, NR); = when `overwrite`
+// (the first k block of a beta-0 product: C is neither cleared first nor read). rows_max is a constant
+// where this is inlined (micro_kernel): a panel with fewer rows than MR (M = 128 leaves 2 of 14) does
+// only its own rows' FMAs.
+AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max, int kc, const float *restrict a,
+                                                                   const float *restrict b, float *restrict c,
+                                                                   long ldc, int m, int n, int overwrite) {
     __m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a, c3a = c0a,
            c3b = c0a, c4a = c0a, c4b = c0a, c5a = c0a, c5b = c0a, c6a = c0a, c6b = c0a, c7a = c0a,
            c7b = c0a, c8a = c0a, c8b = c0a, c9a = c0a, c9b = c0a, c10a = c0a, c10b = c0a, c11a = c0a,
@@ -115,9 +119,11 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
         __m512 b0 = _mm512_load_ps(b), b1 = _mm512_load_ps(b + 16);
         __m512 av;
 #define STEP(i)                                      \
-    av = _mm512_set1_ps(a[i]);                       \
-    c##i##a = _mm512_fmadd_ps(av, b0, c##i##a);      \
-    c##i##b = _mm512_fmadd_ps(av, b1, c##i##b);
+    if (rows_max > i) {                              \
+        av = _mm512_set1_ps(a[i]);                   \
+        c##i##a = _mm512_fmadd_ps(av, b0, c##i##a);  \
+        c##i##b = _mm512_fmadd_ps(av, b1, c##i##b);  \
+    }
         STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6)
         STEP(7) STEP(8) STEP(9) STEP(10) STEP(11) STEP(12) STEP(13)
 #undef STEP
@@ -127,7 +133,12 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
     __m512 rows[MR][2] = {{c0a, c0b}, {c1a, c1b}, {c2a, c2b}, {c3a, c3b}, {c4a, c4b}, {c5a, c5b},
                           {c6a, c6b}, {c7a, c7b}, {c8a, c8b}, {c9a, c9b}, {c10a, c10b}, {c11a, c11b},
                           {c12a, c12b}, {c13a, c13b}};
-    if (n == NR) {
+    if (n == NR && overwrite) {
+        for (int i = 0; i < m; i++) {
+            _mm512_storeu_ps(c + (long)i * ldc, rows[i][0]);
+            _mm512_storeu_ps(c + (long)i * ldc + 16, rows[i][1]);
+        }
+    } else if (n == NR) {
         for (int i = 0; i < m; i++) {
             float *row = c + (long)i * ldc;
             _mm512_storeu_ps(row, _mm512_add_ps(_mm512_loadu_ps(row), rows[i][0]));
@@ -138,9 +149,28 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
         __mmask16 m1 = (__mmask16)(n >= 32 ? 0xffff : n > 16 ? (1u << (n - 16)) - 1 : 0);
         for (int i = 0; i < m; i++) {
             float *row = c + (long)i * ldc;
-            _mm512_mask_storeu_ps(row, m0, _mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), rows[i][0]));
-            _mm512_mask_storeu_ps(row + 16, m1, _mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + 16), rows[i][1]));
+            __m512 lo = rows[i][0], hi = rows[i][1];
+            if (!overwrite) {
+                lo = _mm512_add_ps(_mm512_maskz_loadu_ps(m0, row), lo);
+                hi = _mm512_add_ps(_mm512_maskz_loadu_ps(m1, row + 16), hi);
+            }
+            _mm512_mask_storeu_ps(row, m0, lo);
+            _mm512_mask_storeu_ps(row + 16, m1, hi);
         }
+    }
+}
+
+// micro_rows for the panel's rows rounded up to even: 7 unrolled variants
+AVX512 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *restrict c,
+                                long ldc, int m, int n, int overwrite) {
+    switch ((m + 1) / 2) {
+        case 1: micro_rows(2, kc, a, b, c, ldc, m, n, overwrite); break;
+        case 2: micro_rows(4, kc, a, b, c, ldc, m, n, overwrite); break;
+        case 3: micro_rows(6, kc, a, b, c, ldc, m, n, overwrite); break;
+        case 4: micro_rows(8, kc, a, b, c, ldc, m, n, overwrite); break;
+        case 5: micro_rows(10, kc, a, b, c, ldc, m, n, overwrite); break;
+        case 6: micro_rows(12, kc, a, b, c, ldc, m, n, overwrite); break;
+        default: micro_rows(MR, kc, a, b, c, ldc, m, n, overwrite); break;
     }
 }
 
@@ -175,50 +205,89 @@ static int a_block_rows(int M, int nthreads) {
     return rows < MR ? MR : rows;
 }
 
+// One (jc, pc) pass of the blocked product: the packed B panels of columns jc.. and k's pc.., and the
+// blocks of A rows swept across them.
+typedef struct {
+    const float *A, *B;  // op(A)(i, k) = A[i*rs_a + k*cs_a], op(B)(k, j) = B[k*rs_b + j*cs_b]
+    long rs_a, cs_a, rs_b, cs_b;
+    float *C;  // (M, ldc)
+    long ldc;
+    int M, mc_rows;   // rows of C, rows per A block
+    int jc, nc, pc, kc;
+    float alpha;
+    int overwrite;    // first k block of a beta-0 product
+    float *b_pack;    // (kc, ceil(nc/NR)*NR) panels
+} sgemm_pass;
+
+AVX512 static void pass_pack_b(const sgemm_pass *p, int q) {
+    int cols = p->nc - q * NR < NR ? p->nc - q * NR : NR;
+    pack_b(p->b_pack + (long)q * p->kc * NR, p->B + p->pc * p->rs_b + (p->jc + q * NR) * p->cs_b, p->rs_b, p->cs_b,
+           p->kc, cols);
+}
+
+// a_pack: (MC, KC) this thread's A panels
+AVX512 static void pass_block(const sgemm_pass *p, float *a_pack, int blk) {
+    int ic = blk * p->mc_rows, mc = p->M - ic < p->mc_rows ? p->M - ic : p->mc_rows;
+    pack_a(a_pack, p->A + ic * p->rs_a + p->pc * p->cs_a, p->rs_a, p->cs_a, mc, p->kc, p->alpha);
+    for (int jr = 0; jr < p->nc; jr += NR) {
+        const float *bp = p->b_pack + (long)(jr / NR) * p->kc * NR;
+        int n = p->nc - jr < NR ? p->nc - jr : NR;
+        for (int ir = 0; ir < mc; ir += MR) {
+            const float *ap = a_pack + (long)(ir / MR) * p->kc * MR;
+            int m = mc - ir < MR ? mc - ir : MR;
+            micro_kernel(p->kc, ap, bp, p->C + (long)(ic + ir) * p->ldc + p->jc + jr, p->ldc, m, n, p->overwrite);
+        }
+    }
+}
+
+static void scale_rows(float *C, long ldc, int i0, int i1, int N, float beta) {
+    for (int i = i0; i < i1; i++) {
+        float *row = C + (long)i * ldc;
+        if (beta == 0.0f) memset(row, 0, sizeof(float) * (size_t)N);
+        else for (int j = 0; j < N; j++) row[j] *= beta;
+    }
+}
+
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc, int nthreads) {
-    long rs_a = trans_a ? 1 : lda, cs_a = trans_a ? lda : 1;
-    long rs_b = trans_b ? 1 : ldb, cs_b = trans_b ? ldb : 1;
-    int mc_rows = a_block_rows(M, nthreads);
-    int n_blocks = (M + mc_rows - 1) / mc_rows;
-    float *b_pack = nthreads > 1 ? lazy_buffer(&shared_b_pack, (size_t)KC * NC)
-                                 : lazy_buffer(&thread_b_pack, (size_t)KC * NC);
-#pragma omp parallel num_threads(nthreads) if (nthreads > 1)
-    {
+    int multiply = K > 0 && alpha != 0.0f;
+    // C = beta * C first, except where the first k block can write C outright (beta 0)
+    int prescale = beta != 1.0f && !(beta == 0.0f && multiply);
+    sgemm_pass p = {.A = A, .B = B, .rs_a = trans_a ? 1 : lda, .cs_a = trans_a ? lda : 1,
+                    .rs_b = trans_b ? 1 : ldb, .cs_b = trans_b ? ldb : 1, .C = C, .ldc = ldc, .M = M,
+                    .mc_rows = a_block_rows(M, nthreads), .alpha = alpha};
+    int n_blocks = (M + p.mc_rows - 1) / p.mc_rows;
+    p.b_pack = nthreads > 1 ? lazy_buffer(&shared_b_pack, (size_t)KC * NC) : lazy_buffer(&thread_b_pack, (size_t)KC * NC);
+    if (nthreads <= 1) {  // no OpenMP constructs at all: a team of one still pays a futex call per barrier
         float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
-        if (beta != 1.0f) {
-#pragma omp for schedule(static)
-            for (int i = 0; i < M; i++) {
-                float *row = C + (long)i * ldc;
-                if (beta == 0.0f) memset(row, 0, sizeof(float) * (size_t)N);
-                else for (int j = 0; j < N; j++) row[j] *= beta;
+        if (prescale) scale_rows(C, ldc, 0, M, N, beta);
+        for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
+            p.nc = N - p.jc < NC ? N - p.jc : NC;
+            for (p.pc = 0; p.pc < K; p.pc += KC) {
+                p.kc = K - p.pc < KC ? K - p.pc : KC;
+                p.overwrite = beta == 0.0f && p.pc == 0;
+                for (int q = 0; q < (p.nc + NR - 1) / NR; q++) pass_pack_b(&p, q);
+                for (int blk = 0; blk < n_blocks; blk++) pass_block(&p, a_pack, blk);
             }
         }
-        for (int jc = 0; jc < N && K > 0 && alpha != 0.0f; jc += NC) {
-            int nc = N - jc < NC ? N - jc : NC;
-            int n_panels = (nc + NR - 1) / NR;
-            for (int pc = 0; pc < K; pc += KC) {
-                int kc = K - pc < KC ? K - pc : KC;
+        return;
+    }
+#pragma omp parallel num_threads(nthreads) firstprivate(p)
+    {
+        float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
+        if (prescale) {
 #pragma omp for schedule(static)
-                for (int q = 0; q < n_panels; q++) {
-                    int cols = nc - q * NR < NR ? nc - q * NR : NR;
-                    pack_b(b_pack + (long)q * kc * NR, B + pc * rs_b + (jc + q * NR) * cs_b, rs_b, cs_b, kc, cols);
-                }
+            for (int i = 0; i < M; i++) scale_rows(C, ldc, i, i + 1, N, beta);
+        }
+        for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
+            p.nc = N - p.jc < NC ? N - p.jc : NC;
+            for (p.pc = 0; p.pc < K; p.pc += KC) {
+                p.kc = K - p.pc < KC ? K - p.pc : KC;
+                p.overwrite = beta == 0.0f && p.pc == 0;
+#pragma omp for schedule(static)
+                for (int q = 0; q < (p.nc + NR - 1) / NR; q++) pass_pack_b(&p, q);
 #pragma omp for schedule(dynamic, 1)
-                for (int blk = 0; blk < n_blocks; blk++) {
-                    int ic = blk * mc_rows;
-                    int mc = M - ic < mc_rows ? M - ic : mc_rows;
-                    pack_a(a_pack, A + ic * rs_a + pc * cs_a, rs_a, cs_a, mc, kc, alpha);
-                    for (int jr = 0; jr < nc; jr += NR) {
-                        const float *bp = b_pack + (long)(jr / NR) * kc * NR;
-                        int n = nc - jr < NR ? nc - jr : NR;
-                        for (int ir = 0; ir < mc; ir += MR) {
-                            const float *ap = a_pack + (long)(ir / MR) * kc * MR;
-                            int m = mc - ir < MR ? mc - ir : MR;
-                            micro_kernel(kc, ap, bp, C + (long)(ic + ir) * ldc + jc + jr, ldc, m, n);
-                        }
-                    }
-                }
+                for (int blk = 0; blk < n_blocks; blk++) pass_block(&p, a_pack, blk);
             }
         }
     }
