@@ -4,6 +4,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#ifdef __AVX512F__
+#include <immintrin.h>
+#endif
 
 size_t fsdp_dtype_size(fsdp_dtype dt) { return dt == FSDP_F32 ? 4 : 2; }
 // fp32 / bf16: the tools' flag values (--mixed-precision fp32|bf16)
@@ -65,8 +68,27 @@ uint16_t fsdp_f32_to_f16(float f) {
     return (uint16_t)(sign | (exp << 10) | (mant & 0x3ffu));
 }
 
+#ifdef __AVX512F__
+// fsdp_f32_to_bf16 on 16 values at once, bit for bit (integer rounding, not VCVTNEPS2BF16, which
+// flushes denormals to zero): dst (16,) from src (16,)
+static inline void f32_to_bf16_x16(fsdp_bf16 *dst, const float *src) {
+    __m512i u = _mm512_loadu_si512(src);
+    __m512i high = _mm512_srli_epi32(u, 16);
+    __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                            _mm512_set1_epi32(0x7f800000));
+    __m512i rounding = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
+    __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(u, rounding), 16);
+    __m512i r = _mm512_mask_or_epi32(rounded, nan, high, _mm512_set1_epi32(0x40));  // NaN stays NaN (quiet)
+    _mm256_storeu_si256((__m256i *)dst, _mm512_cvtepi32_epi16(r));
+}
+#endif
+
 void fsdp_f32_to_bf16_array(fsdp_bf16 *dst, const float *src, size_t n) {
-    for (size_t i = 0; i < n; i++) dst[i] = fsdp_f32_to_bf16(src[i]);
+    size_t i = 0;
+#ifdef __AVX512F__
+    for (; i + 16 <= n; i += 16) f32_to_bf16_x16(dst + i, src + i);
+#endif
+    for (; i < n; i++) dst[i] = fsdp_f32_to_bf16(src[i]);
 }
 
 void fsdp_bf16_to_f32_array(float *dst, const fsdp_bf16 *src, size_t n) {
@@ -82,7 +104,7 @@ void fsdp_f32_to_bf16_in_place(void *buf, size_t n) {
     for (size_t i = 0; i < n; i += CONVERT_CHUNK) {
         size_t m = n - i < CONVERT_CHUNK ? n - i : CONVERT_CHUNK;
         const float *src = (const float *)buf + i;  // bytes [4i, 4i + 4m): read before [2i, 2i + 2m) is written
-        for (size_t j = 0; j < m; j++) tmp[j] = fsdp_f32_to_bf16(src[j]);
+        fsdp_f32_to_bf16_array(tmp, src, m);
         memcpy((fsdp_bf16 *)buf + i, tmp, sizeof(fsdp_bf16) * m);
     }
 }

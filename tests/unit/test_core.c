@@ -8,6 +8,7 @@
 #include <float.h>
 #include <omp.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/alloc.h"
@@ -288,6 +289,28 @@ static void test_half_conversions(void) {
     fsdp_f32_to_bf16_array(mid, src, 3);
     fsdp_bf16_to_f32_array(back, mid, 3);
     CHECK(back[0] == 1.0f && back[1] == -2.5f && back[2] == 3.0f);  // 3 + 2^-7 is a tie -> 3
+    // the arrays (16 at a time where the CPU has AVX-512) round every bit pattern as the scalar does:
+    // signs, denormals, ties, infinities, NaNs with payloads in the low bits; odd length for the tail
+    enum { PATTERNS = 1 << 20 };
+    uint32_t *bits = malloc(sizeof(uint32_t) * PATTERNS);
+    fsdp_bf16 *arr = malloc(sizeof(fsdp_bf16) * PATTERNS);
+    uint32_t x = 12345u;
+    for (uint32_t i = 0; i < PATTERNS; i++) {
+        x = x * 1664525u + 1013904223u;
+        uint32_t low = i % 4 == 0 ? 0x8000u : i % 4 == 1 ? 0x7fffu : x & 0xffffu;  // ties and near-ties too
+        bits[i] = (x & 0xffff0000u) | low;
+    }
+    bits[0] = 0x7f800001u, bits[1] = 0xffc00000u, bits[2] = 0x00000001u, bits[3] = 0x807fffffu;
+    float *vals = malloc(sizeof(float) * PATTERNS);
+    memcpy(vals, bits, sizeof(float) * PATTERNS);
+    size_t odd = PATTERNS - 5;
+    fsdp_f32_to_bf16_array(arr, vals, odd);
+    int same = 1;
+    for (size_t i = 0; i < odd; i++) same &= arr[i] == fsdp_f32_to_bf16(vals[i]);
+    CHECK(same);
+    fsdp_f32_to_bf16_in_place(bits, odd);  // the first 2 * odd bytes now hold the same bf16 values
+    CHECK(memcmp(bits, arr, sizeof(fsdp_bf16) * odd) == 0);
+    free(bits), free(arr), free(vals);
 }
 
 // ---------------------------------------------------------------------------------------------
