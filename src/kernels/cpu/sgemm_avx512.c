@@ -13,9 +13,9 @@
 
 #define MR 14
 #define NR 32
-#define KC 256
+#define KC 1024
 #define MC (MR * 24)
-#define NC 3072
+#define NC 1536
 
 #define AVX512 __attribute__((target("avx512f")))
 
