@@ -40,6 +40,9 @@ void cpu_add(float *out, const float *a, const float *b, size_t n);
 void cpu_add_inplace(float *acc, const float *b, size_t n);
 void cpu_add_inplace_b16(float *acc, const fsdp_bf16 *b, size_t n);
 void cpu_scale(float *x, float s, size_t n);
+// Rows i0..i1-1 of C (N values each, leading dimension ldc) times beta, on the calling thread; beta 0
+// writes zeros (NaN in C ignored, as BLAS). The GEMMs' C = beta * C.
+void cpu_scale_rows(float *C, long ldc, int i0, int i1, int N, float beta);
 void cpu_bias_add(float *out, const float *bias, int N, int C);
 void cpu_fill_rows(float *out, const float *row, int N, int C);
 void cpu_bias_backward(float *dbias, const float *dout, int N, int C);

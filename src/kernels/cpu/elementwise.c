@@ -1,4 +1,4 @@
-// elementwise.c: residual adds (fp32 and bf16 addends), scaling, bias broadcast and its gradient, row
+// elementwise.c: residual adds (fp32 and bf16 addends), scaling (whole arrays, and the GEMMs' C rows), bias
 // fill, sum of squares. The two reductions (bias gradient, sum of squares) give the same bits on any
 // thread count.
 #include <omp.h>
@@ -29,6 +29,14 @@ void cpu_add_inplace_b16(float *acc, const fsdp_bf16 *b, size_t n) {
 void cpu_scale(float *x, float s, size_t n) {
 #pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) x[i] *= s;
+}
+
+void cpu_scale_rows(float *C, long ldc, int i0, int i1, int N, float beta) {
+    for (int i = i0; i < i1; i++) {
+        float *row = C + (long)i * ldc;
+        if (beta == 0.0f) memset(row, 0, sizeof(float) * (size_t)N);
+        else for (int j = 0; j < N; j++) row[j] *= beta;
+    }
 }
 
 void cpu_bias_add(float *out, const float *bias, int N, int C) {

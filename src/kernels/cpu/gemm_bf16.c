@@ -393,8 +393,7 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
     int scale = beta != 0.0f && beta != 1.0f;
     if (!team) {  // no OpenMP constructs at all: a team of one still pays a futex call per barrier
         if (use_amx) configure_tiles();
-        for (int i = 0; i < M && scale; i++)
-            for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
+        if (scale) cpu_scale_rows(C, ldc, 0, M, N, beta);
         for (int t = 0; t < p.NT * KT; t++) product_pack_b(&p, t);
         for (int mb0 = 0; mb0 < m_blocks; mb0 += mc_blocks) {
             int mbn = m_blocks - mb0 < mc_blocks ? m_blocks - mb0 : mc_blocks;
@@ -410,8 +409,7 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
         if (use_amx) configure_tiles();
         if (scale) {
 #pragma omp for schedule(static)
-            for (int i = 0; i < M; i++)
-                for (int j = 0; j < N; j++) C[(long)i * ldc + j] *= beta;
+            for (int i = 0; i < M; i++) cpu_scale_rows(C, ldc, i, i + 1, N, beta);
         }
 #pragma omp for schedule(static) nowait
         for (int t = 0; t < p.NT * KT; t++) product_pack_b(&p, t);
@@ -433,8 +431,7 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
     FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
     if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
-        for (int i = 0; i < M; i++)
-            for (int j = 0; j < N; j++) C[(long)i * ldc + j] = beta == 0.0f ? 0.0f : beta * C[(long)i * ldc + j];
+        cpu_scale_rows(C, ldc, 0, M, N, beta);
         return;
     }
     if (bf16_path == PATH_EMULATE) {

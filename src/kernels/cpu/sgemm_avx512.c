@@ -240,14 +240,6 @@ AVX512 static void pass_block(const sgemm_pass *p, float *a_pack, int blk) {
     }
 }
 
-static void scale_rows(float *C, long ldc, int i0, int i1, int N, float beta) {
-    for (int i = i0; i < i1; i++) {
-        float *row = C + (long)i * ldc;
-        if (beta == 0.0f) memset(row, 0, sizeof(float) * (size_t)N);
-        else for (int j = 0; j < N; j++) row[j] *= beta;
-    }
-}
-
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc, int nthreads) {
     int multiply = K > 0 && alpha != 0.0f;
@@ -260,7 +252,7 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
     p.b_pack = nthreads > 1 ? lazy_buffer(&shared_b_pack, (size_t)KC * NC) : lazy_buffer(&thread_b_pack, (size_t)KC * NC);
     if (nthreads <= 1) {  // no OpenMP constructs at all: a team of one still pays a futex call per barrier
         float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
-        if (prescale) scale_rows(C, ldc, 0, M, N, beta);
+        if (prescale) cpu_scale_rows(C, ldc, 0, M, N, beta);
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
             for (p.pc = 0; p.pc < K; p.pc += KC) {
@@ -277,7 +269,7 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
         float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
         if (prescale) {
 #pragma omp for schedule(static)
-            for (int i = 0; i < M; i++) scale_rows(C, ldc, i, i + 1, N, beta);
+            for (int i = 0; i < M; i++) cpu_scale_rows(C, ldc, i, i + 1, N, beta);
         }
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
