@@ -1,6 +1,6 @@
-// elementwise.c: residual adds (fp32 and bf16 addends), scaling (whole arrays, and the GEMMs' C rows), bias
-// fill, sum of squares. The two reductions (bias gradient, sum of squares) give the same bits on any
-// thread count.
+// elementwise.c: residual adds (fp32 and bf16 addends), scaling (whole arrays, and the GEMMs' C rows),
+// bias broadcast and its gradient, row fill, sum of squares. The two reductions (bias gradient, sum of
+// squares) give the same bits on any thread count.
 #include <omp.h>
 #include <stdlib.h>
 #include <string.h>
