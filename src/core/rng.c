@@ -30,46 +30,50 @@ void fsdp_philox4x32(uint64_t seed, uint64_t stream, uint64_t block, uint32_t ou
 }
 
 #ifdef __AVX512F__
-// 32x32 -> 64-bit products of each 32-bit lane with m: the high and low halves, lane by lane.
-static inline void mul_hi_lo(__m512i a, __m512i m, __m512i *hi, __m512i *lo) {
-    __m512i even = _mm512_mul_epu32(a, m);                          // lanes 0, 2, ...: 64-bit products
-    __m512i odd = _mm512_mul_epu32(_mm512_srli_epi64(a, 32), m);    // lanes 1, 3, ...
-    *hi = _mm512_mask_blend_epi32(0xAAAA, _mm512_srli_epi64(even, 32), odd);
-    *lo = _mm512_mask_blend_epi32(0xAAAA, even, _mm512_slli_epi64(odd, 32));
-}
-
-// Philox for the 16 blocks first .. first+15, words stored in element order: out[4*b + j].  out: (64,)
-static void philox_x16(uint64_t seed, uint64_t stream, uint64_t first, uint32_t *out) {
-    const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    __m512i c0 = _mm512_add_epi32(_mm512_set1_epi32((int)(uint32_t)first), lane);
-    // the high word carries where the low word wrapped
-    __mmask16 carry = _mm512_cmplt_epu32_mask(c0, _mm512_set1_epi32((int)(uint32_t)first));
-    __m512i c1 = _mm512_mask_add_epi32(_mm512_set1_epi32((int)(uint32_t)(first >> 32)), carry,
-                                       _mm512_set1_epi32((int)(uint32_t)(first >> 32)), _mm512_set1_epi32(1));
-    __m512i c2 = _mm512_set1_epi32((int)(uint32_t)stream), c3 = _mm512_set1_epi32((int)(uint32_t)(stream >> 32));
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+// Philox for 8 blocks, one per 64-bit lane: each word lives in the low half of its lane, so
+// _mm512_mul_epu32 (which reads only low halves) gives the full 64-bit product in one instruction. The
+// high halves carry leftovers that nothing reads. c0..c3 on return: the words, in the low halves.
+static inline void philox_x8(__m512i *c0, __m512i *c1, __m512i *c2, __m512i *c3, uint64_t seed) {
     const __m512i m0 = _mm512_set1_epi64(PHILOX_M0), m1 = _mm512_set1_epi64(PHILOX_M1);
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
     for (int round = 0; round < 10; round++) {
-        __m512i hi0, lo0, hi1, lo1;
-        mul_hi_lo(c0, m0, &hi0, &lo0);
-        mul_hi_lo(c2, m1, &hi1, &lo1);
-        __m512i n0 = _mm512_xor_si512(_mm512_xor_si512(hi1, c1), _mm512_set1_epi32((int)k0));
-        __m512i n2 = _mm512_xor_si512(_mm512_xor_si512(hi0, c3), _mm512_set1_epi32((int)k1));
-        c0 = n0, c1 = lo1, c2 = n2, c3 = lo0;
+        __m512i p0 = _mm512_mul_epu32(*c0, m0), p1 = _mm512_mul_epu32(*c2, m1);
+        // n0 = hi(p1) ^ c1 ^ k0, n2 = hi(p0) ^ c3 ^ k1 (0x96: three-way xor)
+        __m512i n0 = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p1, 32), *c1, _mm512_set1_epi32((int)k0), 0x96);
+        __m512i n2 = _mm512_ternarylogic_epi32(_mm512_srli_epi64(p0, 32), *c3, _mm512_set1_epi32((int)k1), 0x96);
+        *c0 = n0, *c1 = p1, *c2 = n2, *c3 = p0;
         k0 += PHILOX_W0;
         k1 += PHILOX_W1;
     }
-    // (word j of block b) -> element 4b + j: a 4 x 16 transpose
-    __m512i a_lo = _mm512_unpacklo_epi32(c0, c1), a_hi = _mm512_unpackhi_epi32(c0, c1);
-    __m512i b_lo = _mm512_unpacklo_epi32(c2, c3), b_hi = _mm512_unpackhi_epi32(c2, c3);
-    __m512i r0 = _mm512_unpacklo_epi64(a_lo, b_lo), r1 = _mm512_unpackhi_epi64(a_lo, b_lo);
-    __m512i r2 = _mm512_unpacklo_epi64(a_hi, b_hi), r3 = _mm512_unpackhi_epi64(a_hi, b_hi);
-    __m512i t0 = _mm512_shuffle_i32x4(r0, r1, 0x44), t1 = _mm512_shuffle_i32x4(r2, r3, 0x44);
-    __m512i t2 = _mm512_shuffle_i32x4(r0, r1, 0xEE), t3 = _mm512_shuffle_i32x4(r2, r3, 0xEE);
-    _mm512_storeu_si512(out, _mm512_shuffle_i32x4(t0, t1, 0x88));
-    _mm512_storeu_si512(out + 16, _mm512_shuffle_i32x4(t0, t1, 0xDD));
-    _mm512_storeu_si512(out + 32, _mm512_shuffle_i32x4(t2, t3, 0x88));
-    _mm512_storeu_si512(out + 48, _mm512_shuffle_i32x4(t2, t3, 0xDD));
+}
+
+// The low halves of 8 lanes of words 0..3 (8 blocks) stored in element order: out[4*b + j].  out: (32,)
+static inline void store_x8(uint32_t *out, __m512i c0, __m512i c1, __m512i c2, __m512i c3) {
+    __m256i a = _mm512_cvtepi64_epi32(c0), b = _mm512_cvtepi64_epi32(c1);
+    __m256i c = _mm512_cvtepi64_epi32(c2), d = _mm512_cvtepi64_epi32(c3);
+    __m256i ab_lo = _mm256_unpacklo_epi32(a, b), ab_hi = _mm256_unpackhi_epi32(a, b);  // a0 b0 a1 b1 | a4 b4 a5 b5
+    __m256i cd_lo = _mm256_unpacklo_epi32(c, d), cd_hi = _mm256_unpackhi_epi32(c, d);
+    __m256i r0 = _mm256_unpacklo_epi64(ab_lo, cd_lo), r1 = _mm256_unpackhi_epi64(ab_lo, cd_lo);  // blocks 0 | 4, 1 | 5
+    __m256i r2 = _mm256_unpacklo_epi64(ab_hi, cd_hi), r3 = _mm256_unpackhi_epi64(ab_hi, cd_hi);  // blocks 2 | 6, 3 | 7
+    _mm256_storeu_si256((__m256i *)out, _mm256_permute2x128_si256(r0, r1, 0x20));
+    _mm256_storeu_si256((__m256i *)(out + 8), _mm256_permute2x128_si256(r2, r3, 0x20));
+    _mm256_storeu_si256((__m256i *)(out + 16), _mm256_permute2x128_si256(r0, r1, 0x31));
+    _mm256_storeu_si256((__m256i *)(out + 24), _mm256_permute2x128_si256(r2, r3, 0x31));
+}
+
+// Philox for the 16 blocks first .. first+15, words stored in element order: out[4*b + j].  out: (64,)
+// Two independent sets of 8 blocks, interleaved by the compiler (the multiplies' latency is hidden).
+static void philox_x16(uint64_t seed, uint64_t stream, uint64_t first, uint32_t *out) {
+    const __m512i lane = _mm512_setr_epi64(0, 1, 2, 3, 4, 5, 6, 7);
+    __m512i lo0 = _mm512_add_epi64(_mm512_set1_epi64((long long)first), lane);  // 64-bit counters: carries included
+    __m512i lo1 = _mm512_add_epi64(lo0, _mm512_set1_epi64(8));
+    __m512i hi0 = _mm512_srli_epi64(lo0, 32), hi1 = _mm512_srli_epi64(lo1, 32);
+    __m512i s2 = _mm512_set1_epi64((long long)(uint32_t)stream), s3 = _mm512_set1_epi64((long long)(stream >> 32));
+    __m512i a2 = s2, a3 = s3, b2 = s2, b3 = s3;
+    philox_x8(&lo0, &hi0, &a2, &a3, seed);
+    philox_x8(&lo1, &hi1, &b2, &b3, seed);
+    store_x8(out, lo0, hi0, a2, a3);
+    store_x8(out + 32, lo1, hi1, b2, b3);
 }
 #endif
 
