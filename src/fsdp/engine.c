@@ -203,6 +203,26 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
     bind_params(s, u, NULL, 0);
 }
 
+// Readies a reused gradient buffer for this backward without clearing what the backward stores anyway:
+// the parameters whose modules store their first gradient (nn_param.grad_overwrite: a Linear's weight,
+// most of a block) are marked fresh; the rest of the buffer (other parameters, padding) is zeroed.
+// Call after the views are bound.
+static fsdp_status clear_grads_lazily(fsdp_state *s, fsdp_unit *u) {
+    int64_t from = 0;  // where the run still to be zeroed starts
+    for (int i = 0; i < u->n_params; i++) {
+        nn_param *p = u->params[i];
+        if (p->frozen || !p->grad_overwrite) continue;
+        int64_t at = u->offsets[i];
+        FSDP_ASSERT(at >= from);  // trainable parameters lie in order in the gradient buffer
+        if (at > from) FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad + from, 0, sizeof(float) * (size_t)(at - from)));
+        from = at + p->numel;
+        p->grad_fresh = 1;
+    }
+    if (u->grad_padded > from)
+        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad + from, 0, sizeof(float) * (size_t)(u->grad_padded - from)));
+    return FSDP_OK;
+}
+
 fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
     if (!u->grad_padded) return FSDP_OK;  // every parameter frozen: no gradient at all
     if (u->grad == GRAD_NONE && s->staging[0] && s->sync && u->block >= 0 && !s->cfg.deterministic) {
@@ -212,7 +232,6 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
         u->full_grad = s->staging[s->next_staging];
         s->next_staging ^= 1;
         u->grad_staged = 1;
-        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->grad_padded));
     }
     if (u->grad == GRAD_NONE && s->cfg.deterministic && (u->block < 0 ? s->det_root_grad != NULL : s->det_grad[0] != NULL)) {
         // preallocated (deterministic.c): block units alternate between two buffers, as with staging; on
@@ -220,20 +239,26 @@ fsdp_status fsdp_bind_grads(fsdp_state *s, fsdp_unit *u) {
         u->full_grad = u->block < 0 ? s->det_root_grad : s->det_grad[s->next_staging];
         if (u->block >= 0) s->next_staging ^= 1;
         u->grad_staged = 1;
-        FSDP_CHECK(fsdp_dev_memset(s->compute, u->full_grad, 0, sizeof(float) * (size_t)u->grad_padded));
     }
     if (!u->full_grad) {
         u->full_grad = fsdp_dev_alloc(s->dev, sizeof(float) * (size_t)u->grad_padded, FSDP_MEM_UNSHARDED);
         if (!u->full_grad) return FSDP_ERR_NOMEM;
     }
+    int reused = u->grad == GRAD_NONE && u->grad_staged;  // staged or preallocated: holds the last step's values
     u->grad = GRAD_BOUND;
     bind_params(s, u, u->full_grad, 1);
-    return FSDP_OK;
+    return reused ? clear_grads_lazily(s, u) : FSDP_OK;
 }
 
 // Reduces this micro-step's unsharded gradients into the gradient shard (average over all ranks),
 // or keeps them for later under no_sync (GRAD_PENDING). The reduction runs on the comm stream.
 fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
+    for (int i = 0; i < u->n_params; i++) {  // a fresh view no backward wrote: no gradient, i.e. zeros
+        nn_param *p = u->params[i];
+        if (!p->grad_fresh) continue;
+        p->grad_fresh = 0;
+        if (p->grad) FSDP_CHECK(fsdp_dev_memset(s->compute, p->grad, 0, sizeof(float) * (size_t)p->numel));
+    }
     bind_params(s, u, NULL, 1);
     if (u->grad == GRAD_NONE) return FSDP_OK;
     if (!s->sync) {

@@ -10,6 +10,7 @@ void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char 
     int64_t bshape[1] = {out};
     l->weight = nn_params_add(ps, prefix, wname, 2, wshape, (nn_init){NN_INIT_UNIFORM, bound});
     l->bias = nn_params_add(ps, prefix, bname, 1, bshape, (nn_init){NN_INIT_UNIFORM, bound});
+    l->weight->grad_overwrite = 1;  // written only by the dW product below (nn_grad_beta)
     l->in = in;
     l->out = out;
     l->conv1d = conv1d;
@@ -73,15 +74,15 @@ void nn_linear_backward_in(const nn_ctx *ctx, const nn_linear *l, float *dinp, i
     }
     // a frozen weight or bias (requires_grad=False) has no gradient view: its product is skipped; a bf16
     // input is the A (Conv1D) or B (Linear) operand in bf16, the values the bf16 product rounds fp32 to
-    float *dw = l->weight->grad;
+    float *dw = l->weight->grad, bw = dw ? nn_grad_beta(l->weight) : 1.0f;  // bw 0: a fresh view is stored
     if (dw && l->conv1d && inp.b16)  // dW (in, out) += inp^T dout
-        k->gemm_a16(st, 1, 0, l->in, l->out, N, 1.0f, inp.b16, l->in, dout, l->out, 1.0f, dw, l->out);
+        k->gemm_a16(st, 1, 0, l->in, l->out, N, 1.0f, inp.b16, l->in, dout, l->out, bw, dw, l->out);
     else if (dw && l->conv1d)
-        k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp.f32, l->in, dout, l->out, 1.0f, dw, l->out);
+        k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp.f32, l->in, dout, l->out, bw, dw, l->out);
     else if (dw && inp.b16)          // dW (out, in) += dout^T inp
-        k->gemm_b16(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.b16, l->in, 1.0f, dw, l->in);
+        k->gemm_b16(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.b16, l->in, bw, dw, l->in);
     else if (dw)
-        k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.f32, l->in, 1.0f, dw, l->in);
+        k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.f32, l->in, bw, dw, l->in);
     if (l->bias->grad) k->bias_backward(st, l->bias->grad, dout, N, l->out);
     if (l->lora) nn_lora_backward(ctx, l->lora, dinp, dout, inp.f32, N);
 }

@@ -29,6 +29,13 @@ typedef struct {
     int adapter;  // a LoRA adapter's (nn/lora.h): optional in a base-weights file (fsdp_load_params)
     float *data;  // (numel,) bound view, not owned
     float *grad;  // (numel,) bound view, not owned; NULL for a frozen parameter (modules skip its gradient)
+    // Gradients are added into `grad` (+=). A module that writes a parameter's gradient only through
+    // products whose beta comes from nn_grad_beta sets grad_overwrite at creation; the FSDP engine may then
+    // bind that view without clearing it and set grad_fresh (its values undefined, as after PyTorch's
+    // zero_grad(set_to_none=True)): the first product of the backward stores its result (beta 0), later
+    // ones add. A parameter still fresh when the backward ends is cleared by the engine.
+    int grad_overwrite;
+    int grad_fresh;
     const fsdp_bf16 *data_b16;  // (numel,) bf16 view bound instead of `data` (mixed precision), or NULL
     float *widened;             // (numel,) device: data_b16 widened by nn_param_f32, or NULL (owned)
     fsdp_dev *widened_dev;      // the device `widened` was allocated from
@@ -39,6 +46,13 @@ typedef struct {
     int count;
     int capacity;
 } nn_params;
+
+// The beta of a product that adds into p's gradient: 0 when the view is fresh (then no longer), else 1.
+static inline float nn_grad_beta(nn_param *p) {
+    float beta = p->grad_fresh ? 0.0f : 1.0f;
+    p->grad_fresh = 0;
+    return beta;
+}
 
 fsdp_status nn_params_create(nn_params *ps, int capacity);
 void nn_params_destroy(nn_params *ps);  // frees the parameters' widened copies too

@@ -1,13 +1,15 @@
 // test_fsdp_api.c: the FSDP C API beyond the command line: a user wrap callback, the use_orig_params
 // view (named parameters with this rank's piece of each), shard-local initialisation equal to a
-// one-process init, zero-copy collectives on shared buffers, and mixed precision: parameters gathered
-// in bf16 compute exactly what their bf16-rounded fp32 values compute. Plain process and under mpirun.
+// one-process init, zero-copy collectives on shared buffers, mixed precision (parameters gathered in
+// bf16 compute exactly what their bf16-rounded fp32 values compute), and gradient buffers reused without
+// clearing: a Linear weight no backward writes still gets zeros. Plain process and under mpirun.
 #include <stdlib.h>
 #include <string.h>
 
 #include "comm/comm.h"
 #include "fsdp/fsdp.h"
 #include "nn/encoder_stack.h"
+#include "nn/linear.h"
 #include "test.h"
 
 static int wrap_even_blocks(void *user, const char *type, int index, int64_t numel) {
@@ -46,11 +48,63 @@ static void check_shared_collectives(fsdp_comm *c) {
     free(out);
 }
 
+// Reused gradient buffers are not cleared where the backward stores anyway (a Linear's weight: its dW
+// product stores the first time, nn_grad_beta); a weight whose backward does not run in a step must still
+// end with zero gradients, not the buffer's old values. Deterministic mode reuses the root unit's buffer.
+// Linears a and b (8 -> 8) in the root unit: step 0 runs both backwards, step 1 only a's.
+static void check_unwritten_gradients(fsdp_comm *world) {
+    nn_params ps;
+    nn_linear a, b;
+    nn_sequential none;
+    CHECK(nn_params_create(&ps, 4) == FSDP_OK && nn_sequential_create(&none, 1) == FSDP_OK);
+    nn_linear_init(&a, &ps, "a.", "weight", "bias", 8, 8, 0);
+    nn_linear_init(&b, &ps, "b.", "weight", "bias", 8, 8, 0);
+    fsdp_config cfg = fsdp_config_default();
+    cfg.wrap = FSDP_WRAP_NONE;
+    cfg.deterministic = 1;
+    cfg.det_chunks = fsdp_comm_size(world);  // one micro-step per rank
+    fsdp_model_desc desc = {&ps, &none, "Linear", "%d."};
+    fsdp_state *fs = NULL;
+    CHECK(fsdp_wrap(&fs, desc, cfg, world) == FSDP_OK);
+    CHECK(fsdp_init_params(fs, 5) == FSDP_OK);
+    fsdp_dev *dev = fsdp_state_device(fs);
+    enum { ROWS = 4 };
+    float host[ROWS * 8];
+    for (int i = 0; i < ROWS * 8; i++) host[i] = (float)(i % 7) - 3.0f;
+    float *x = fsdp_dev_alloc(dev, sizeof host, FSDP_MEM_ACTIVATIONS);  // (ROWS, 8) device
+    for (int step = 0; step < 2; step++) {
+        nn_ctx ctx = fsdp_model_ctx(fs, 1, 5, (uint64_t)step);
+        CHECK(fsdp_copy_h2d(ctx.stream, x, host, sizeof host) == FSDP_OK);
+        fsdp_zero_grad(fs);
+        CHECK(fsdp_begin_forward(fs, 1) == FSDP_OK);
+        nn_linear_backward(&ctx, &a, NULL, 0, x, x, ROWS);  // dout = x: any values
+        if (step == 0) nn_linear_backward(&ctx, &b, NULL, 0, x, x, ROWS);
+        CHECK(fsdp_end_backward(fs) == FSDP_OK);
+        double sums[2] = {0, 0};  // |gradient| summed over a.weight, b.weight
+        for (int i = 0; i < fsdp_named_param_count(fs); i++) {
+            fsdp_named_param p = fsdp_named_param_at(fs, i);
+            int which = strcmp(p.name, "a.weight") == 0 ? 0 : strcmp(p.name, "b.weight") == 0 ? 1 : -1;
+            float g[64];
+            if (which < 0 || p.shard_numel == 0) continue;
+            CHECK(read_dev(fs, g, p.shard_grad, p.shard_numel) == FSDP_OK);
+            for (int64_t j = 0; j < p.shard_numel; j++) sums[which] += g[j] < 0 ? -g[j] : g[j];
+        }
+        CHECK(fsdp_all_reduce_double(world, &sums[0]) == FSDP_OK && fsdp_all_reduce_double(world, &sums[1]) == FSDP_OK);
+        CHECK(sums[0] > 0.0);
+        CHECK(step == 0 ? sums[1] > 0.0 : sums[1] == 0.0);
+    }
+    fsdp_dev_free(dev, x);
+    fsdp_free_state(fs);
+    nn_sequential_free(&none);
+    nn_params_destroy(&ps);
+}
+
 int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return 1;
     int R = fsdp_comm_rank(world), N = fsdp_comm_size(world);
     check_shared_collectives(world);
+    check_unwritten_gradients(world);
 
     nn_block_config layer = nn_encoder_layer_defaults(24, 4);
     layer.d_ff = 40;
