@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "fsdp/fsdp.h"
+#include "kernels/kernels.h"
 
 #define ALIGN 16  // FSDP_PAD_ALIGN
 
@@ -23,7 +24,7 @@ typedef struct {
 } gemm_shape;
 
 static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, int64_t V, int64_t N, int64_t T) {
-    const double fp32_b = 4.0 * 1024 * 1536, fp32_a = 4.0 * 14 * 24 * 1024;  // KC x NC, MC x KC floats
+    const double fp32_b = 4.0 * CPU_SGEMM_KC * CPU_SGEMM_NC, fp32_a = 4.0 * CPU_SGEMM_MC * CPU_SGEMM_KC;
     int threads = in->threads > 0 ? in->threads : 1;
     double fp32 = (threads > 1 ? fp32_b : 0.0) + threads * (fp32_b + fp32_a);
     if (!in->param_bf16) return fp32;

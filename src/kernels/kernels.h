@@ -208,6 +208,13 @@ void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float 
                            const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 void cpu_gemm_bf16_select(const char *name);
 const char *cpu_gemm_bf16_name(void);  // "amx", "avx512bf16" or "emulate"
-// Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region).
+// Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region). Its blocking: register
+// tiles of MR x NR, and fixed scratch per thread of an A block (MC x KC floats) and a B block (KC x NC),
+// plus one shared B block for team calls (fsdp/plan.c predicts the scratch from these).
+#define CPU_SGEMM_MR 14
+#define CPU_SGEMM_NR 32
+#define CPU_SGEMM_KC 1024
+#define CPU_SGEMM_MC (CPU_SGEMM_MR * 24)
+#define CPU_SGEMM_NC 1536
 void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                       const float *B, int ldb, float beta, float *C, int ldc, int nthreads);

@@ -55,7 +55,7 @@ static void check_shared_collectives(fsdp_comm *c) {
 static void check_unwritten_gradients(fsdp_comm *world) {
     nn_params ps;
     nn_linear a, b;
-    nn_sequential none;
+    nn_sequential none;  // one block that never runs: the wrap needs a Sequential, and everything is root
     CHECK(nn_params_create(&ps, 4) == FSDP_OK && nn_sequential_create(&none, 1) == FSDP_OK);
     nn_linear_init(&a, &ps, "a.", "weight", "bias", 8, 8, 0);
     nn_linear_init(&b, &ps, "b.", "weight", "bias", 8, 8, 0);

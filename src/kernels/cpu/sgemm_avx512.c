@@ -11,11 +11,11 @@
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
 
-#define MR 14
-#define NR 32
-#define KC 1024
-#define MC (MR * 24)
-#define NC 1536
+#define MR CPU_SGEMM_MR
+#define NR CPU_SGEMM_NR
+#define KC CPU_SGEMM_KC
+#define MC CPU_SGEMM_MC
+#define NC CPU_SGEMM_NC
 
 #define AVX512 __attribute__((target("avx512f")))
 
