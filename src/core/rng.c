@@ -93,14 +93,28 @@ float fsdp_rng_uniform_at(fsdp_rng rng, uint64_t index) {
     return u32_to_unit(w[index & 3]);
 }
 
+void fsdp_rng_words(fsdp_rng rng, uint64_t offset, uint32_t *out, size_t n) {
+    uint32_t block[4];
+    size_t k = 0;
+    if (offset & 3) {  // the rest of the first block
+        fsdp_philox4x32(rng.seed, rng.stream, offset >> 2, block);
+        for (size_t j = (size_t)(offset & 3); j < 4 && k < n; j++) out[k++] = block[j];
+    }
+    size_t whole = (n - k) / 4;  // whole blocks, written in place
+    fsdp_philox4x32_blocks(rng.seed, rng.stream, (offset + k) >> 2, whole, out + k);
+    k += 4 * whole;
+    if (k < n) {  // the start of the last block
+        fsdp_philox4x32(rng.seed, rng.stream, (offset + k) >> 2, block);
+        for (size_t j = 0; k < n; j++) out[k++] = block[j];
+    }
+}
+
 void fsdp_rng_uniform(fsdp_rng rng, uint64_t offset, float *out, size_t n) {
-    uint32_t words[256];  // up to 64 blocks through the batched generator per pass
-    for (size_t k = 0; k < n;) {
-        uint64_t idx = offset + k;
-        size_t skip = (size_t)(idx & 3), want = n - k < 256 - skip ? n - k : 256 - skip;
-        fsdp_philox4x32_blocks(rng.seed, rng.stream, idx >> 2, (skip + want + 3) / 4, words);
-        for (size_t j = 0; j < want; j++) out[k + j] = u32_to_unit(words[skip + j]);
-        k += want;
+    uint32_t words[256];
+    for (size_t k = 0; k < n; k += 256) {
+        size_t len = n - k < 256 ? n - k : 256;
+        fsdp_rng_words(rng, offset + k, words, len);
+        for (size_t j = 0; j < len; j++) out[k + j] = u32_to_unit(words[j]);
     }
 }
 

@@ -17,6 +17,8 @@ void fsdp_philox4x32(uint64_t seed, uint64_t stream, uint64_t block, uint32_t ou
 // of block first+b, i.e. the words of elements 4*first .. 4*(first+nblocks)-1 in order.  out: (4*nblocks,)
 void fsdp_philox4x32_blocks(uint64_t seed, uint64_t stream, uint64_t first, size_t nblocks, uint32_t *out);
 
+// out[k] = the 32-bit word of element (offset + k), k < n: uniform(i) is (word(i) >> 8) * 2^-24.  out: (n,)
+void fsdp_rng_words(fsdp_rng rng, uint64_t offset, uint32_t *out, size_t n);
 // out[k] = uniform [0,1) value of element (offset + k), k < n.          out: (n,)
 void fsdp_rng_uniform(fsdp_rng rng, uint64_t offset, float *out, size_t n);
 // out[k] = lo + (hi - lo) * uniform(offset + k).                         out: (n,)

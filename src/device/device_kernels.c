@@ -34,6 +34,7 @@
     X(bias_act_dropout_forward, float *, float *, fsdp_bf16 *, const float *, int, int, fsdp_activation, float, \
       fsdp_rng)                                                                                               \
     X(act_dropout_backward, float *, const float *, const float *, size_t, fsdp_activation, float, fsdp_rng)  \
+    X(relu_dropout_backward, float *, const float *, const float *, size_t, float)                            \
     X(add, float *, const float *, const float *, size_t)                                                     \
     X(add_inplace, float *, const float *, size_t)                                                            \
     X(add_inplace_b16, float *, const fsdp_bf16 *, size_t)                                                    \

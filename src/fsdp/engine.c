@@ -284,23 +284,28 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
         fsdp_bf16 *g = (fsdp_bf16 *)u->full_grad, *r = (fsdp_bf16 *)s->reduce_buf;  // (grad_padded,), (grad_shard,)
         if (s->replicated) {
             st = fsdp_dev_all_reduce(cs, s->world, g, (size_t)u->grad_padded, FSDP_BF16, FSDP_AVG);
-            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, g, (size_t)u->grad_padded);
+            r = g;
         } else {
             st = fsdp_dev_reduce_scatter(cs, s->shard_comm, g, r, (size_t)u->grad_shard, FSDP_BF16, FSDP_AVG);
             if (st == FSDP_OK && s->replica_comm)
                 st = fsdp_dev_all_reduce(cs, s->replica_comm, r, (size_t)u->grad_shard, FSDP_BF16, FSDP_AVG);
-            if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, r, (size_t)u->grad_shard);
         }
+        if (st == FSDP_OK && u->shard_grad_zero) k->bf16_to_f32(cs, u->shard_grad, r, (size_t)u->grad_shard);
+        else if (st == FSDP_OK) k->add_inplace_b16(cs, u->shard_grad, r, (size_t)u->grad_shard);
     } else if (s->replicated) {
         st = fsdp_dev_all_reduce(cs, s->world, u->full_grad, (size_t)u->grad_padded, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, u->full_grad, (size_t)u->grad_padded);
-    } else {
-        st = fsdp_dev_reduce_scatter(cs, s->shard_comm, u->full_grad, s->reduce_buf, (size_t)u->grad_shard,
-                                     FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK && u->shard_grad_zero)
+            st = fsdp_copy_d2d(cs, u->shard_grad, u->full_grad, sizeof(float) * (size_t)u->grad_padded);
+        else if (st == FSDP_OK)
+            k->add_inplace(cs, u->shard_grad, u->full_grad, (size_t)u->grad_padded);
+    } else {  // a zeroed shard takes the sums outright (0 + x is x): one pass less over it
+        float *sums = u->shard_grad_zero ? u->shard_grad : s->reduce_buf;  // (grad_shard,)
+        st = fsdp_dev_reduce_scatter(cs, s->shard_comm, u->full_grad, sums, (size_t)u->grad_shard, FSDP_F32, FSDP_AVG);
         if (st == FSDP_OK && s->replica_comm)
-            st = fsdp_dev_all_reduce(cs, s->replica_comm, s->reduce_buf, (size_t)u->grad_shard, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK) k->add_inplace(cs, u->shard_grad, s->reduce_buf, (size_t)u->grad_shard);
+            st = fsdp_dev_all_reduce(cs, s->replica_comm, sums, (size_t)u->grad_shard, FSDP_F32, FSDP_AVG);
+        if (st == FSDP_OK && sums != u->shard_grad) k->add_inplace(cs, u->shard_grad, sums, (size_t)u->grad_shard);
     }
+    u->shard_grad_zero = 0;
     fsdp_trace_end();
     log_collective(s, u, op, bytes, fsdp_now_sec() - t0);
     FSDP_CHECK(with_context(s, u, op, st));
@@ -448,6 +453,7 @@ void fsdp_zero_grad(fsdp_state *s) {
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
         if (u->grad_shard) fsdp_dev_memset(s->compute, u->shard_grad, 0, sizeof(float) * (size_t)u->grad_shard);
+        u->shard_grad_zero = u->grad_shard > 0;
     }
     if (s->cfg.deterministic) det_zero(s);
 }

@@ -51,6 +51,8 @@ struct fsdp_unit {
     // Device memory unless storage says otherwise. Host code never dereferences these.
     float *shard;            // (shard_numel,) fp32 master parameters          FSDP_MEM_PARAMS
     float *shard_grad;       // (grad_shard,) reduced gradients (NULL when 0)   FSDP_MEM_GRADS
+    int shard_grad_zero;     // shard_grad holds the zeros fsdp_zero_grad wrote and nothing was reduced into
+                             // it since: the next reduction stores its result there instead of adding it
     float *full;             // (padded,) gathered parameters, NULL when SHARDED  FSDP_MEM_UNSHARDED
                              // (fsdp_bf16 values under param_dtype bf16)
     float *full_grad;        // (grad_padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED

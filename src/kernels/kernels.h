@@ -105,6 +105,10 @@ typedef struct fsdp_kernels {
     // dpre (n,) = activation'(pre) * the dropout's backward of dact (n,); dpre may be dact
     void (*act_dropout_backward)(fsdp_stream *st, float *dpre, const float *dact, const float *pre, size_t n,
                                  fsdp_activation a, float p, fsdp_rng rng);
+    // The same for ReLU, read from that forward's fp32 output act (n,) instead of pre: act is nonzero
+    // exactly where the element was kept and pre > 0, so the mask is not drawn again (bit-identical to
+    // act_dropout_backward with FSDP_ACT_RELU); dpre may be dact
+    void (*relu_dropout_backward)(fsdp_stream *st, float *dpre, const float *dact, const float *act, size_t n, float p);
 
     void (*add)(fsdp_stream *st, float *out, const float *a, const float *b, size_t n);  // out = a + b
     void (*add_inplace)(fsdp_stream *st, float *acc, const float *b, size_t n);         // acc += b

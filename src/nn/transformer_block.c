@@ -194,8 +194,11 @@ static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accu
     k->dropout_backward(st, sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
                         nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
     nn_linear_backward_in(ctx, &blk->fc2, sf, 0, sc, act_in(blk), N);
-    k->act_dropout_backward(st, sf, sf, blk->f1, NF, blk->cfg.activation, inner_p(ctx, blk),
-                            nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
+    if (blk->cfg.activation == FSDP_ACT_RELU && !blk->act_b16)  // ReLU's output tells the mask
+        k->relu_dropout_backward(st, sf, sf, blk->act, NF, inner_p(ctx, blk));
+    else
+        k->act_dropout_backward(st, sf, sf, blk->f1, NF, blk->cfg.activation, inner_p(ctx, blk),
+                                nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
     nn_linear_backward_in(ctx, &blk->fc1, dinp, accumulate, sf, inp, N);
 }
 

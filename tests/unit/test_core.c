@@ -176,6 +176,17 @@ static void test_dropout(void) {
     K->dropout_forward(ST, od, xd, n, 0.0f, rng);  // p = 0 is the identity
     download(o2, od, bytes);
     CHECK(memcmp(o2, x, n * sizeof(float)) == 0);
+    // the boundary: an element whose uniform equals p is kept, and dropped when p is one float above it
+    // (below 0.5, where that float is not a multiple of 2^-24)
+    size_t at = 4097;
+    while (fsdp_rng_uniform_at(rng, at) >= 0.5f) at++;
+    float u = fsdp_rng_uniform_at(rng, at);
+    K->dropout_forward(ST, od, xd, n, u, rng);
+    download(o2, od, bytes);
+    CHECK(o2[at] != 0.0f);
+    K->dropout_forward(ST, od, xd, n, nextafterf(u, 1.0f), rng);
+    download(o2, od, bytes);
+    CHECK(o2[at] == 0.0f);
     free(x), free(o1), free(o2), free(d), free(ones);
     dfree(xd), dfree(onesd), dfree(od), dfree(dd);
 }
@@ -705,7 +716,7 @@ static void test_sgd_kernel(void) {
     X(gemm) X(gemm_b16) X(layernorm_forward) X(residual_layernorm_forward) X(layernorm_backward)           \
     X(attention_forward) X(attention_backward) X(relu_forward) X(relu_backward) X(gelu_forward)            \
     X(gelu_backward) X(dropout_forward) X(dropout_backward) X(bias_act_dropout_forward)                    \
-    X(act_dropout_backward)                                                                                \
+    X(act_dropout_backward) X(relu_dropout_backward)                                                                                \
     X(add) X(add_inplace) X(add_inplace_b16) X(scale) X(bias_add) X(fill_rows) X(bias_backward)           \
     X(f32_to_bf16) X(bf16_to_f32) X(f32_to_bf16_in_place) X(embedding_forward) X(embedding_forward_b16)   \
     X(embedding_backward) X(cross_entropy_forward) X(cross_entropy_backward) X(abs_mean_forward)          \

@@ -111,13 +111,16 @@ void cpu_gelu_backward(float *dinp, const float *dout, const float *inp, size_t 
 
 #define DROPOUT_CHUNK 256
 
+// Element i is kept iff uniform(i) >= p, i.e. (word(i) >> 8) * 2^-24 >= p: compared as integers,
+// (word(i) >> 8) >= ceil(p * 2^24), the same mask without making the floats.
 void cpu_dropout_range(float *out, const float *inp, size_t n, float p, fsdp_rng rng, uint64_t offset) {
-    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f, u[DROPOUT_CHUNK];
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    uint32_t keep_from = p < 1.0f ? (uint32_t)ceil((double)p * 16777216.0) : 16777216u, words[DROPOUT_CHUNK];
     for (size_t i0 = 0; i0 < n; i0 += DROPOUT_CHUNK) {
         size_t len = n - i0 < DROPOUT_CHUNK ? n - i0 : DROPOUT_CHUNK;
-        fsdp_rng_uniform(rng, offset + i0, u, len);
+        fsdp_rng_words(rng, offset + i0, words, len);
 #pragma omp simd
-        for (size_t j = 0; j < len; j++) out[i0 + j] = u[j] >= p ? inp[i0 + j] * scale : 0.0f;
+        for (size_t j = 0; j < len; j++) out[i0 + j] = (words[j] >> 8) >= keep_from ? inp[i0 + j] * scale : 0.0f;
     }
 }
 
@@ -175,6 +178,13 @@ void cpu_bias_act_dropout_forward(float *pre, float *act, fsdp_bf16 *act_b16, co
             fsdp_f32_to_bf16_array(act_b16 + at + f0, piece, len);
         }
     }
+}
+
+// act != 0 iff the element was kept and pre > 0 (act = pre * scale there, scale >= 1; ReLU of NaN is 0)
+void cpu_relu_dropout_backward(float *dpre, const float *dact, const float *act, size_t n, float p) {
+    float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+#pragma omp parallel for simd schedule(static) if (n >= 8 * DROPOUT_CHUNK)
+    for (size_t i = 0; i < n; i++) dpre[i] = act[i] != 0.0f ? dact[i] * scale : 0.0f;
 }
 
 void cpu_act_dropout_backward(float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,

@@ -34,6 +34,7 @@ void cpu_dropout_forward(float *out, const float *inp, size_t n, float p, fsdp_r
 void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
 void cpu_bias_act_dropout_forward(float *pre, float *act, fsdp_bf16 *act_b16, const float *bias, int N, int F,
                                   fsdp_activation a, float p, fsdp_rng rng);
+void cpu_relu_dropout_backward(float *dpre, const float *dact, const float *act, size_t n, float p);
 void cpu_act_dropout_backward(float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
                               fsdp_rng rng);
 void cpu_add(float *out, const float *a, const float *b, size_t n);

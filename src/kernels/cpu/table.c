@@ -76,6 +76,8 @@ WRAP(t_act_dropout_backward, cpu_act_dropout_backward,
      (fsdp_stream *st, float *dpre, const float *dact, const float *pre, size_t n, fsdp_activation a, float p,
       fsdp_rng rng),
      (dpre, dact, pre, n, a, p, rng))
+WRAP(t_relu_dropout_backward, cpu_relu_dropout_backward,
+     (fsdp_stream *st, float *dpre, const float *dact, const float *act, size_t n, float p), (dpre, dact, act, n, p))
 WRAP(t_add, cpu_add, (fsdp_stream *st, float *out, const float *a, const float *b, size_t n), (out, a, b, n))
 WRAP(t_add_inplace, cpu_add_inplace, (fsdp_stream *st, float *acc, const float *b, size_t n), (acc, b, n))
 WRAP(t_add_inplace_b16, cpu_add_inplace_b16, (fsdp_stream *st, float *acc, const fsdp_bf16 *b, size_t n),
@@ -146,6 +148,7 @@ WRAP(t_sum_squares_exact, cpu_sum_squares_exact, (fsdp_stream *st, int64_t *word
     .layernorm_forward = t_layernorm_forward,                                                                \
     .residual_layernorm_forward = t_residual_layernorm_forward, .layernorm_backward = t_layernorm_backward,  \
     .bias_act_dropout_forward = t_bias_act_dropout_forward, .act_dropout_backward = t_act_dropout_backward,  \
+    .relu_dropout_backward = t_relu_dropout_backward,                                                        \
     .relu_forward = t_relu_forward,                                                                          \
     .relu_backward = t_relu_backward, .gelu_forward = t_gelu_forward, .gelu_backward = t_gelu_backward,      \
     .dropout_forward = t_dropout_forward, .dropout_backward = t_dropout_backward, .add = t_add,              \
