@@ -6,7 +6,8 @@
 #     accounted peak memory per rank in both;
 #     PyTorch DDP (gloo, 2 ranks x 1 thread, the same 16 sequences per step), fp32;
 #   - seed model (4 x TransformerEncoderLayer(128, 4), F 2048, T 8), 2 ranks x 1 thread, 16 sequences
-#     per rank: ms/step against PyTorch on one thread with 16 sequences (the same work per core);
+#     per rank: ms/step against PyTorch on one thread with 16 sequences (the same work per core), and
+#     the time its products alone would take at one core's FMA peak (the floor under any fp32 step);
 #   - the GEMM rates as two one-thread processes see them at once (bench/gemm_pair.sh): fp32, bf16, ratio.
 # Ours: best of 2 runs (the VM's speed drifts by ~10% between runs). PyTorch: OPENBLAS_CORETYPE as in
 # the environment and Haswell, the fastest kept.
@@ -97,6 +98,15 @@ done
 torch_seed=$(torch_best seed ms_per_step min bench/torch_seed.py --steps "$SEED_STEPS" --threads 1)
 printf '%-44s %12s %12s %12s %10s\n' "seed model ms/step (16 sequences per core)" "${seed:-failed}" "${torch_seed:-n/a}" \
   "$(ratio "$seed" "$torch_seed")" "<= 0.40x"
+# The seed step's products on one core at its FMA peak: a floor no fp32 step reaches on this CPU (per
+# token 2 (4 C^2 + 2 C F) + 4 T C forward per layer, x3 with backward, 16 x 8 tokens per core)
+seed_gflop=$(awk 'BEGIN{L = 4; C = 128; F = 2048; T = 8; printf "%.4f", 3 * 16 * T * L * (2 * (4*C*C + 2*C*F) + 4*T*C) * 1e-9}')
+floor_ms=$(awk -v g="$seed_gflop" -v p="$fma" 'BEGIN{if (p > 0) printf "%.2f", g / (p / 2) * 1e3}')
+printf '%-44s %12s %12s %12s %10s\n' "seed model's products at the FMA peak, ms" "${floor_ms:-n/a}" "${torch_seed:-n/a}" \
+  "$(ratio "$floor_ms" "$torch_seed")" "-"
+seed_g=$(awk -v g="$seed_gflop" -v t="$seed" 'BEGIN{if (t > 0) printf "%.1f", g / t * 1e3}')
+printf '%-44s %12s %12s %12s %10s\n' "seed model GFLOP/s per core, share of peak" "$seed_g $(pct "$seed_g" \
+  "$(awk -v p="$fma" 'BEGIN{if (p > 0) print p / 2}')")" "" "" "-"
 echo "   (logs: $LOGS/speed-*.log)"
 echo
 BUILD=$BUILD bash "$(dirname "$0")/gemm_pair.sh"
