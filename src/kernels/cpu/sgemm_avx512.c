@@ -104,6 +104,27 @@ AVX512 static void pack_b(float *dst, const float *B, long rs, long cs, int kc, 
     }
 }
 
+// pack_b of a whole block whose rows are contiguous (cs 1): eight rows of B at a time, each panel's
+// piece of them in turn, so that B is read close to its order in memory (one panel at a time walks all
+// kc rows once per panel: page after page when a row is long). Whole panels only; a last partial panel
+// goes through pack_b. dst: as pack_b's, (ceil(nc/NR) panels of (kc, NR)).
+AVX512 static void pack_b_rows(float *dst, const float *B, long rs, int kc, int nc) {
+    enum { GROUP = 8 };
+    int whole = nc / NR;
+    for (int k0 = 0; k0 < kc; k0 += GROUP) {
+        int kn = kc - k0 < GROUP ? kc - k0 : GROUP;
+        for (int q = 0; q < whole; q++) {
+            float *d = dst + (long)q * kc * NR + (long)k0 * NR;
+            const float *src = B + (long)k0 * rs + q * NR;
+            for (int k = 0; k < kn; k++) {
+                _mm512_store_ps(d + k * NR, _mm512_loadu_ps(src + k * rs));
+                _mm512_store_ps(d + k * NR + 16, _mm512_loadu_ps(src + k * rs + 16));
+            }
+        }
+    }
+    if (whole * NR < nc) pack_b(dst + (long)whole * kc * NR, B + whole * NR, rs, 1, kc, nc - whole * NR);
+}
+
 // C (m <= rows_max rows, n <= NR cols, leading dim ldc) += a (kc, MR) @ b (kc, NR); = when `overwrite`
 // (the first k block of a beta-0 product: C is neither cleared first nor read). rows_max is a constant
 // where this is inlined (micro_kernel): a panel with fewer rows than MR (M = 128 leaves 2 of 14) does
@@ -258,7 +279,10 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
             for (p.pc = 0; p.pc < K; p.pc += KC) {
                 p.kc = K - p.pc < KC ? K - p.pc : KC;
                 p.overwrite = beta == 0.0f && p.pc == 0;
-                for (int q = 0; q < (p.nc + NR - 1) / NR; q++) pass_pack_b(&p, q);
+                if (p.cs_b == 1)
+                    pack_b_rows(p.b_pack, p.B + p.pc * p.rs_b + p.jc, p.rs_b, p.kc, p.nc);
+                else
+                    for (int q = 0; q < (p.nc + NR - 1) / NR; q++) pass_pack_b(&p, q);
                 for (int blk = 0; blk < n_blocks; blk++) pass_block(&p, a_pack, blk);
             }
         }
