@@ -50,18 +50,29 @@ AVX512 static void transpose_lines(float *dst, long dst_stride, const float *src
 // zero past mc. A(i, k) = A[i*rs + k*cs].
 AVX512 static void pack_a(float *dst, const float *A, long rs, long cs, int mc, int kc, float alpha) {
     __m512 va = _mm512_set1_ps(alpha);
+    if (rs == 1 && cs != 1) {  // columns of A contiguous in i: eight rows of k at a time across the panels
+        enum { GROUP = 8 };    // (as pack_b_rows: A is read close to its order in memory)
+        __mmask16 out = first_lanes(MR);
+        for (int k0 = 0; k0 < kc; k0 += GROUP) {
+            int kn = kc - k0 < GROUP ? kc - k0 : GROUP;
+            for (int p = 0; p < mc; p += MR) {
+                __mmask16 in = first_lanes(mc - p < MR ? mc - p : MR);
+                float *d = dst + (long)(p / MR) * kc * MR + (long)k0 * MR;
+                const float *src = A + (long)k0 * cs + p;
+                for (int k = 0; k < kn; k++) {
+                    __m512 v = _mm512_maskz_loadu_ps(in, src + (long)k * cs);
+                    _mm512_mask_storeu_ps(d + k * MR, out, alpha == 1.0f ? v : _mm512_mul_ps(va, v));
+                }
+            }
+        }
+        return;
+    }
     for (int p = 0; p < mc; p += MR) {
         int rows = mc - p < MR ? mc - p : MR;
         if (cs == 1) {  // rows of A are contiguous in k: transpose 16-wide blocks
             transpose_lines(dst, MR, A + (long)p * rs, rs, rows, kc, alpha);
             for (int i = rows; i < MR; i++)
                 for (int k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
-        } else if (rs == 1) {  // columns of A are contiguous in i: one masked copy per k
-            __mmask16 in = first_lanes(rows), out = first_lanes(MR);
-            for (int k = 0; k < kc; k++) {
-                __m512 v = _mm512_maskz_loadu_ps(in, A + (long)k * cs + p);
-                _mm512_mask_storeu_ps(dst + k * MR, out, alpha == 1.0f ? v : _mm512_mul_ps(va, v));
-            }
         } else {
             for (int k = 0; k < kc; k++)
                 for (int i = 0; i < MR; i++)
