@@ -303,12 +303,15 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
         st = fsdp_dev_reduce_scatter(cs, s->shard_comm, u->full_grad, sums, (size_t)u->grad_shard, FSDP_F32, FSDP_AVG);
         if (st == FSDP_OK && s->replica_comm)
             st = fsdp_dev_all_reduce(cs, s->replica_comm, sums, (size_t)u->grad_shard, FSDP_F32, FSDP_AVG);
-        if (st == FSDP_OK && sums != u->shard_grad) k->add_inplace(cs, u->shard_grad, sums, (size_t)u->grad_shard);
-        // Without the add, the comm stream's later work is still ordered after this reduction, as the
-        // add's kernel ordered it: one reduction (its unsharded gradients, its buffers) in flight at a
-        // time, which is what fsdp-plan accounts for. A no-op on an in-order stream.
-        if (st == FSDP_OK && sums == u->shard_grad) st = fsdp_event_record(s->comm_done, cs);
-        if (st == FSDP_OK && sums == u->shard_grad) st = fsdp_stream_wait_event(cs, s->comm_done);
+        if (st == FSDP_OK && sums != u->shard_grad) {
+            k->add_inplace(cs, u->shard_grad, sums, (size_t)u->grad_shard);
+        } else if (st == FSDP_OK) {
+            // Without the add, the comm stream's later work is still ordered after this reduction, as the
+            // add's kernel ordered it: one reduction (its unsharded gradients, its buffers) in flight at
+            // a time, which is what fsdp-plan accounts for. A no-op on an in-order stream.
+            st = fsdp_event_record(s->comm_done, cs);
+            if (st == FSDP_OK) st = fsdp_stream_wait_event(cs, s->comm_done);
+        }
     }
     u->shard_grad_zero = 0;
     fsdp_trace_end();
