@@ -139,18 +139,24 @@ def main():
         stopped = [line for line in err.splitlines() if "interrupted after step" in line]
         chk.true(f"{label}: exit {want_rc} with 'interrupted after step' ({rc})", rc == want_rc and len(stopped) == 1,
                  err[-1500:])
-        k = len(steps)  # steps done
+        # steps done: as the ranks said on stderr ("interrupted after step K"). The step lines are the
+        # log's (fsdp-train) or stdout's, which mpirun forwards: once it is signalled it may drop the last
+        # lines a rank wrote before exiting (seen: 748 of 749 lines, on a machine that ran ~750 steps
+        # before the signal took effect), so stdout's lines need only be a prefix of the steps done.
+        said = [int(m) for m in re.findall(r"interrupted after step (\d+)", err)]
+        k = said[0] + 1 if said else len(steps)
         reached = f"step_{k:08d}"
+        whole = steps == list(range(len(steps))) and (len(steps) == k if tool == "fsdp-train" else len(steps) <= k)
         chk.true(f"{label}: one complete checkpoint, of the step reached ({reached})",
-                 k >= 3 and steps == list(range(k)) and checkpoints(ck) == [reached]
-                 and os.path.exists(f"{ck}/{reached}/DONE"), f"{checkpoints(ck)}, steps {steps}")
-        if k < 3:
+                 k >= 3 and len(steps) >= 3 and whole and checkpoints(ck) == [reached]
+                 and os.path.exists(f"{ck}/{reached}/DONE"), f"{checkpoints(ck)}, steps {steps[-5:]} of {len(steps)}")
+        if k < 3 or len(steps) < 3:
             continue
         # the uninterrupted run to k + 3 steps (the losses of a step do not depend on --steps)
         ref_log = ["--log-jsonl", f"{tmp}/ref{i}.jsonl"] if logged else []
         ref_out = mpirun(2, [binary] + model + ["--steps", str(k + 3)] + ref_log).stdout
         _, ref = steps_and_losses(ref_out, f"{tmp}/ref{i}.jsonl")
-        chk.close(f"{label}: losses before the signal equal the uninterrupted run's", losses, ref[:k], 0, 0)
+        chk.close(f"{label}: losses before the signal equal the uninterrupted run's", losses, ref[:len(losses)], 0, 0)
         res_out = mpirun(2, [binary] + model + ["--steps", str(k + 3), "--resume", "auto", "--ckpt-dir", ck]
                          + (["--log-jsonl", f"{tmp}/res{i}.jsonl"] if logged else [])).stdout
         rsteps, rlosses = steps_and_losses(res_out, f"{tmp}/res{i}.jsonl")
