@@ -76,6 +76,17 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done);  // *done = 1 whe
 // (no error) when the group has no shared memory: the caller then uses ordinary memory.
 void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes);
 void fsdp_comm_free_shared(fsdp_comm *c, void *ptr);  // collective
+// Where rank q holds what p addresses in this rank's shared buffer (the same offset in q's buffer from
+// the same fsdp_comm_alloc_shared call); NULL when p lies in no such buffer or q is not a rank of c.
+const void *fsdp_comm_shared_at(const fsdp_comm *c, const void *p, int q);
+// An all-gather read in place. send (count,) lies in a shared buffer; once this returns, every rank's
+// send is read through fsdp_comm_shared_at, and only the element ranges of the gathered array
+// (size*count,) listed in copy (n_copy pairs [begin, end)) are written to recv; the rest of recv is left
+// as it was. The contract above, for readers that read after the call: each rank finishes its reads
+// before it enters its next collective on c, and a rank writes its send again only after that
+// collective has completed. FSDP_ERR_INVALID_ARG when send is not in a shared buffer.
+fsdp_status fsdp_all_gather_shared(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                   const size_t (*copy)[2], size_t n_copy);
 
 // Debug support (FSDP_DEBUG=DETAIL): before every collective on a group with checking on, the ranks
 // compare (call number, kind, element count) with one small all-reduce; a mismatch (ranks running

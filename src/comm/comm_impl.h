@@ -104,6 +104,8 @@ fsdp_status comm_mpi_check(int rc, const char *what);
 fsdp_status comm_shm_setup(fsdp_comm *c);
 void comm_shm_free(fsdp_comm *c);
 fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);
+fsdp_status comm_shm_all_gather_shared(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                       const size_t (*copy)[2], size_t n_copy);
 fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                     fsdp_reduce_op op);
 fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op);

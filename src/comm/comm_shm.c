@@ -281,6 +281,28 @@ fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size
     return FSDP_OK;
 }
 
+const void *fsdp_comm_shared_at(const fsdp_comm *c, const void *p, int q) {
+    size_t offset = 0;
+    const shm_region *r = q >= 0 && q < c->size ? find_region(c, p, 1, &offset) : NULL;
+    return r ? r->peer[q] + offset : NULL;
+}
+
+fsdp_status comm_shm_all_gather_shared(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
+                                       const size_t (*copy)[2], size_t n_copy) {
+    size_t esize = fsdp_dtype_size(dt), offset = 0;
+    const shm_region *reg = find_region(c, send, count * esize, &offset);
+    if (!reg) return fsdp_error(FSDP_ERR_INVALID_ARG, "all_gather_shared: the send buffer is not shared memory");
+    region_sync(c, reg);
+    for (size_t k = 0; k < n_copy; k++) {
+        for (size_t i = copy[k][0]; i < copy[k][1];) {  // each piece from the rank that holds it
+            size_t q = i / count, end = (q + 1) * count < copy[k][1] ? (q + 1) * count : copy[k][1];
+            memcpy((unsigned char *)recv + i * esize, reg->peer[q] + offset + (i - q * count) * esize, (end - i) * esize);
+            i = end;
+        }
+    }
+    return FSDP_OK;
+}
+
 fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                     fsdp_reduce_op op) {
     size_t esize = fsdp_dtype_size(dt), bytes = count * esize * (size_t)c->size, offset = 0;

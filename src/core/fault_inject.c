@@ -18,6 +18,11 @@ int fsdp_fault_crash_in_save(int64_t step) {
     return v && atoll(v) == step;
 }
 
+int fsdp_fault_slow_views_ms(int rank) {
+    long long r, ms;
+    return env_pair("FSDP_TEST_SLOW_VIEWS", &r, &ms) && r == rank && ms > 0 && ms < 600000 ? (int)ms : 0;
+}
+
 int fsdp_fault_torn_shard(int64_t step, int rank) {
     long long k, r;
     return env_pair("FSDP_TEST_TORN_SHARD", &k, &r) && k == step && r == rank;

@@ -12,6 +12,9 @@
 //                               every gradient it computes is NaN and the reductions spread it
 //   FSDP_TEST_NAN_SHARD=K[:R]   fsdp-train: after step K's reduction one element of rank R's gradient
 //                               shard becomes NaN (only that rank sees it: the skip must be collective)
+//   FSDP_TEST_SLOW_VIEWS=R:MS   rank R sleeps MS milliseconds each time it binds a unit's parameters in
+//                               place (the peers' shared shards), before compute reads them: a reader
+//                               that lags behind its peers
 // (Without ":R", every rank.)
 #pragma once
 #include <stdint.h>
@@ -25,6 +28,8 @@ int fsdp_fault_desync(int rank, int unit, int64_t step);
 // Whether the hook `var` (one of the FSDP_TEST_NAN_* above) is set to "K" or "K:R" naming this step
 // and rank.
 int fsdp_fault_at_step(const char *var, int64_t step, int rank);
+// The milliseconds FSDP_TEST_SLOW_VIEWS asks this rank to sleep (0: none).
+int fsdp_fault_slow_views_ms(int rank);
 // Dies like kill -9.
 void fsdp_fault_die(void);
 // Cuts the file at path to half its length (a write interrupted half-way), then dies like kill -9.

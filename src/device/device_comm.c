@@ -30,6 +30,15 @@ fsdp_status fsdp_dev_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, 
     return dev_stream_push(s, req, send, bytes, recv, all);
 }
 
+fsdp_status fsdp_dev_all_gather_shared(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
+                                       fsdp_dtype dt, const size_t (*copy)[2], size_t n_copy) {
+    size_t bytes = count * fsdp_dtype_size(dt), all = bytes * (size_t)fsdp_comm_size(c);
+    FSDP_CHECK(dev_begin(s, send, bytes, recv, all));
+    fsdp_status st = fsdp_all_gather_shared(c, send, recv, count, dt, copy, n_copy);
+    dev_end(s);
+    return st;
+}
+
 fsdp_status fsdp_dev_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
                                     fsdp_dtype dt, fsdp_reduce_op op) {
     size_t bytes = count * fsdp_dtype_size(dt), all = bytes * (size_t)fsdp_comm_size(c);

@@ -23,6 +23,10 @@
 
 // send (count,), recv (size*count,)
 fsdp_status fsdp_dev_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);
+// send (count,) in shared memory, recv (size*count,): fsdp_all_gather_shared (only the element ranges
+// in copy, n_copy pairs [begin, end), are written to recv; the peers' sends are read in place after it)
+fsdp_status fsdp_dev_all_gather_shared(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
+                                       fsdp_dtype dt, const size_t (*copy)[2], size_t n_copy);
 // send (size*count,), recv (count,)
 fsdp_status fsdp_dev_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
                                     fsdp_dtype dt, fsdp_reduce_op op);

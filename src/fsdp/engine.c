@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/alloc.h"
 #include "core/fault_inject.h"
@@ -21,20 +22,75 @@
 #include "kernels/kernels.h"
 #include "prof/trace.h"
 
+// fp32 parameters of a unit whose shard is in shared memory are read where the shards live: the
+// all-gather (fsdp_all_gather_shared) copies only those that straddle two ranks' shards.
+static int params_in_place(const fsdp_state *s, const fsdp_unit *u) {
+    return u->storage == SHARD_SHARED && s->cfg.param_dtype != FSDP_BF16;
+}
+
+// Parameter i of u read in place: in this rank's shard or a peer's, or, where it straddles two
+// shards (or is empty), its copy in the gathered buffer `full` (padded,).
+static float *param_in_place(const fsdp_state *s, const fsdp_unit *u, int i, float *full) {
+    const nn_param *p = u->params[i];
+    unit_segment sg = segment_of(u, p->frozen);
+    int64_t q = (u->offsets[i] - sg.flat) / sg.per;  // the rank holding its first element
+    fsdp_piece pc = p->numel > 0 ? fsdp_piece_of_rank(u, i, q) : (fsdp_piece){0, 0, 0};
+    if (p->numel == 0 || pc.count != p->numel) return full + u->offsets[i];
+    const float *shard = q == u->shard_rank ? u->shard : fsdp_comm_shared_at(s->shard_comm, u->shard, (int)q);
+    FSDP_ASSERT(shard != NULL);
+    return (float *)shard + pc.shard_pos;  // read-only by contract: compute never writes parameters
+}
+
 // Points u's parameters (or their gradients) at their places in a flat buffer (NULL: unbinds them).
-// Parameters gathered in bf16 (param_dtype) are bound as bf16 views. No memory is touched.
+// Parameters gathered in bf16 (param_dtype) are bound as bf16 views; parameters read in place, at their
+// places in the shards. No memory is touched.
 // Frozen parameters never get a gradient view (the modules skip their weight gradients).
 static void bind_params(const fsdp_state *s, fsdp_unit *u, float *flat, int grads) {
     int b16 = !grads && s->cfg.param_dtype == FSDP_BF16;
+    int in_place = flat && !grads && params_in_place(s, u);
     for (int i = 0; i < u->n_params; i++) {
         nn_param *p = u->params[i];
         if (grads) {
             p->grad = flat && !p->frozen ? flat + u->offsets[i] : NULL;
         } else {
-            p->data = flat && !b16 ? flat + u->offsets[i] : NULL;
+            p->data = flat && !b16 ? (in_place ? param_in_place(s, u, i, flat) : flat + u->offsets[i]) : NULL;
             p->data_b16 = flat && b16 ? (const fsdp_bf16 *)flat + u->offsets[i] : NULL;
         }
     }
+}
+
+// The element ranges [begin, end) of segment g (segment coordinates) that straddle two ranks' shards:
+// the parameters params_in_place cannot read in place. At most one per boundary: copy (size - 1,).
+static size_t straddling_ranges(const fsdp_unit *u, int g, size_t (*copy)[2]) {
+    unit_segment sg = segment_of(u, g);
+    size_t n = 0;
+    for (int i = 0; i < u->n_params; i++) {
+        const nn_param *p = u->params[i];
+        if (p->frozen != g || p->numel == 0) continue;
+        int64_t p0 = u->offsets[i] - sg.flat, p1 = p0 + p->numel;
+        if (p0 / sg.per == (p1 - 1) / sg.per) continue;
+        copy[n][0] = (size_t)p0;
+        copy[n][1] = (size_t)p1;
+        n++;
+    }
+    return n;
+}
+
+// After a gradient reduction (a collective every rank enters once its compute so far is done): only the
+// units still bound in place may be read later.
+static void views_fenced_by_reduction(fsdp_state *s) {
+    s->views_unfenced = 0;
+    for (int i = 0; i < s->n_units; i++)
+        if (s->units[i].state == UNIT_UNSHARDED && params_in_place(s, &s->units[i])) s->views_unfenced = 1;
+}
+
+// Makes every rank finish reading parameters bound in place before any rank goes on (and may rewrite
+// its shard: an optimizer step, a load): called where a pass ends without such a collective.
+static fsdp_status fence_views(fsdp_state *s) {
+    if (!s->views_unfenced) return FSDP_OK;
+    s->views_unfenced = 0;
+    FSDP_CHECK(fsdp_stream_synchronize(s->compute));
+    return fsdp_barrier(s->shard_comm);
 }
 
 // FSDP_DEBUG=DETAIL: one line per collective the engine issues
@@ -161,8 +217,11 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
             fsdp_bf16 *mine = u->shard_lp ? u->shard_lp + sg.local : gathered + sg.begin;
             s->k->f32_to_bf16(cs, mine, u->shard + sg.local, (size_t)sg.per);
             st = fsdp_dev_all_gather(cs, s->shard_comm, mine, gathered, (size_t)sg.per, FSDP_BF16);
-        } else if (u->storage == SHARD_SHARED) {  // zero-copy: the peers' shards are read where they live
-            st = fsdp_dev_all_gather(cs, s->shard_comm, u->shard + sg.local, u->full + sg.flat, (size_t)sg.per, FSDP_F32);
+        } else if (params_in_place(s, u)) {  // the peers' shards are read where they live (bind_params)
+            size_t copy[fsdp_comm_size(s->shard_comm)][2];  // the straddling parameters: one per boundary at most
+            size_t n = straddling_ranges(u, g, copy);
+            st = fsdp_dev_all_gather_shared(cs, s->shard_comm, u->shard + sg.local, u->full + sg.flat, (size_t)sg.per,
+                                            FSDP_F32, (const size_t (*)[2])copy, n);
         } else {
             float *mine = u->full + sg.flat + sg.begin;
             st = fsdp_copy_d2d(cs, mine, u->shard + sg.local, sizeof(float) * (size_t)sg.per);
@@ -186,6 +245,11 @@ fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
         u->state = UNIT_UNSHARDED;
     }
     bind_params(s, u, u->full, 0);
+    if (params_in_place(s, u)) {
+        s->views_unfenced = 1;
+        int lag_ms = fsdp_fault_slow_views_ms(fsdp_comm_rank(s->shard_comm));  // test hook: a lagging reader
+        if (lag_ms) nanosleep(&(struct timespec){lag_ms / 1000, (long)(lag_ms % 1000) * 1000000L}, NULL);
+    }
     return FSDP_OK;
 }
 
@@ -398,8 +462,10 @@ static fsdp_status hook_post_backward(void *user, int block) {
     if (!u) return FSDP_OK;
     fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_POST ? next_unit(s, u, -1) : NULL;
     if (next) FSDP_CHECK(start_unshard(s, next, 1));
+    int reduces = s->sync && u->grad != GRAD_NONE;  // a collective on the shard group
     FSDP_CHECK(fsdp_reduce_grads(s, u));
     fsdp_reshard(s, u);
+    if (reduces) views_fenced_by_reduction(s);
     return FSDP_OK;
 }
 
@@ -441,14 +507,17 @@ fsdp_status fsdp_begin_eval(fsdp_state *s) {
 
 fsdp_status fsdp_end_eval(fsdp_state *s) {
     for (int i = 0; i < s->n_units; i++) fsdp_reshard(s, &s->units[i]);
-    return FSDP_OK;
+    return fence_views(s);
 }
 
 fsdp_status fsdp_end_backward(fsdp_state *s) {
     if (s->root) {
+        int reduces = s->sync && s->root->grad != GRAD_NONE;  // a collective on the shard group
         FSDP_CHECK(fsdp_reduce_grads(s, s->root));
         fsdp_reshard(s, s->root);
+        if (reduces) views_fenced_by_reduction(s);
     }
+    FSDP_CHECK(fence_views(s));
     for (int i = 0; i < s->n_units; i++)
         if (s->units[i].state != UNIT_SHARDED)
             return fsdp_error(FSDP_ERR_INTERNAL, "unit %s still unsharded after backward", s->units[i].name);

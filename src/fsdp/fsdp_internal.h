@@ -93,6 +93,8 @@ struct fsdp_state {
     fsdp_unit *root;          // NULL when every parameter is in a block unit
     nn_hooks hooks;
     int sync;                 // the current micro-step reduces gradients
+    int views_unfenced;       // parameters were bound in place (peers' shared shards) since the last
+                              // collective every rank entered after its reads (engine.c: fence_views)
     float *reduce_buf;        // (max grad_shard,) reduce-scatter destination  FSDP_MEM_COMM
     fsdp_adamw opt;
     int have_opt;

@@ -44,8 +44,91 @@ static void check_shared_collectives(fsdp_comm *c) {
         for (size_t i = 0; i < n; i++) bad += out[(size_t)r * n + i] != (float)(r * 7 + (int)i);
     CHECK(bad == 0);
     CHECK(fsdp_barrier(c) == FSDP_OK);
+    // read in place: every rank's piece through fsdp_comm_shared_at, and only the listed ranges copied
+    // (one across each boundary between two ranks' pieces, one inside the last piece); the rest untouched
+    for (size_t i = 0; i < n; i++) shared[i] = (float)(R * 11 + (int)i);
+    for (size_t i = 0; i < n * (size_t)N; i++) out[i] = -1.0f;
+    size_t copy[8][2], n_copy = 0;
+    for (int r = 1; r < N && n_copy < 7; r++, n_copy++) {
+        copy[n_copy][0] = (size_t)r * n - 3;
+        copy[n_copy][1] = (size_t)r * n + 5;
+    }
+    copy[n_copy][0] = (size_t)(N - 1) * n + 100;
+    copy[n_copy][1] = (size_t)(N - 1) * n + 140;
+    n_copy++;
+    CHECK(fsdp_all_gather_shared(c, shared, out, n, FSDP_F32, (const size_t (*)[2])copy, n_copy) == FSDP_OK);
+    for (int r = 0; r < N; r++) {
+        const float *peer = fsdp_comm_shared_at(c, shared, r);
+        CHECK(peer != NULL && (r != R || peer == shared));
+        for (size_t i = 0; peer && i < n; i++) bad += peer[i] != (float)(r * 11 + (int)i);
+    }
+    for (size_t i = 0; i < n * (size_t)N; i++) {
+        int listed = 0;
+        for (size_t k = 0; k < n_copy; k++) listed |= i >= copy[k][0] && i < copy[k][1];
+        bad += out[i] != (listed ? (float)((int)(i / n) * 11 + (int)(i % n)) : -1.0f);
+    }
+    CHECK(bad == 0);
+    CHECK(fsdp_comm_shared_at(c, out, 0) == NULL);  // ordinary memory
+    CHECK(fsdp_all_gather_shared(c, out, out, n, FSDP_F32, NULL, 0) == FSDP_ERR_INVALID_ARG);
+    CHECK(fsdp_barrier(c) == FSDP_OK);
     fsdp_comm_free_shared(c, shared);
     free(out);
+}
+
+// fp32 parameters of shards in shared memory (the plain CPU device) are read in place: a parameter
+// inside this rank's shard is bound to the shard itself. And the peers' reads are fenced: with rank 0 lagging after each binding
+// (FSDP_TEST_SLOW_VIEWS), rank 1 re-initialises its shards right after fsdp_end_eval; rank 0's forward
+// must still see the old values (fsdp_end_eval waits for every reader), so all ranks' outputs equal the
+// first, unhurried forward's, bit for bit.
+static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) {
+    int R = fsdp_comm_rank(world), N = fsdp_comm_size(world);
+    float *probe = fsdp_comm_alloc_shared(world, 64);
+    int shared = probe != NULL;
+    if (probe) fsdp_comm_free_shared(world, probe);
+    fsdp_state *fs = NULL;
+    fsdp_config cfg = fsdp_config_default();
+    cfg.strategy = FSDP_SHARD_GRAD_OP;  // every unit stays bound until fsdp_end_eval
+    CHECK(fsdp_wrap(&fs, desc, cfg, world) == FSDP_OK);
+    CHECK(fsdp_init_params(fs, 5) == FSDP_OK);
+    fsdp_dev *dev = fsdp_state_device(fs);
+    int B = 2, T = 4;
+    size_t xn = (size_t)B * T * C;
+    float *x = malloc(sizeof(float) * xn), *y0 = malloc(sizeof(float) * xn), *y1 = malloc(sizeof(float) * xn);
+    for (size_t i = 0; i < xn; i++) x[i] = (float)((i * 29) % 97) / 48.0f - 1.0f;
+    float *x_dev = fsdp_dev_alloc(dev, sizeof(float) * xn, FSDP_MEM_ACTIVATIONS);  // (B*T, C) device
+    nn_ctx ctx = fsdp_model_ctx(fs, 0, 5, 0);
+    CHECK(fsdp_copy_h2d(ctx.stream, x_dev, x, sizeof(float) * xn) == FSDP_OK);
+    const float *y = NULL;
+    CHECK(fsdp_begin_eval(fs) == FSDP_OK);
+    CHECK(nn_sequential_forward(&ctx, desc.blocks, x_dev, B, T, &y) == FSDP_OK);
+    CHECK(fsdp_dev_read(ctx.stream, y0, y, sizeof(float) * xn) == FSDP_OK);
+    int in_place = 0, whole = 0;  // parameters (all bound now) inside this rank's shard
+    for (int i = 0; i < fsdp_named_param_count(fs); i++) {
+        fsdp_named_param p = fsdp_named_param_at(fs, i);
+        const nn_param *orig = &desc.params->items[i];
+        if (p.numel == 0 || p.shard_numel != p.numel) continue;
+        whole++;
+        in_place += orig->data == p.shard_data;
+    }
+    double whole_all = whole;
+    CHECK(fsdp_all_reduce_double(world, &whole_all) == FSDP_OK);
+    if (shared && N > 1 && fsdp_dev_host_addressable(dev)) CHECK(whole_all > 0 && in_place == whole);
+    CHECK(fsdp_end_eval(fs) == FSDP_OK);
+    CHECK(setenv("FSDP_TEST_SLOW_VIEWS", "0:300", 1) == 0);
+    CHECK(fsdp_begin_eval(fs) == FSDP_OK);
+    CHECK(nn_sequential_forward(&ctx, desc.blocks, x_dev, B, T, &y) == FSDP_OK);
+    CHECK(fsdp_dev_read(ctx.stream, y1, y, sizeof(float) * xn) == FSDP_OK);
+    CHECK(fsdp_end_eval(fs) == FSDP_OK);
+    CHECK(unsetenv("FSDP_TEST_SLOW_VIEWS") == 0);
+    CHECK(fsdp_init_params(fs, 6) == FSDP_OK);  // rank 1 at once, rank 0 after its lagging reads
+    CHECK(memcmp(y0, y1, sizeof(float) * xn) == 0);
+    CHECK(fsdp_barrier(world) == FSDP_OK);
+    fsdp_dev_free(dev, x_dev);
+    fsdp_free_state(fs);
+    free(x);
+    free(y0);
+    free(y1);
+    (void)R;
 }
 
 // Reused gradient buffers are not cleared where the backward stores anyway (a Linear's weight: its dW
@@ -149,6 +232,7 @@ int main(int argc, char **argv) {
     CHECK(local >= (double)numel && local < (double)numel + 3.0 * 16 * N);
     if (R == 0) fsdp_print_summary(fs, stdout);
     fsdp_free_state(fs);
+    check_views_in_place(world, desc, layer.d_model);
 
     // sync_module_states under NO_SHARD: replicas that drifted take rank 0's values again
     fsdp_config rep = fsdp_config_default();
