@@ -76,12 +76,12 @@ static void check_shared_collectives(fsdp_comm *c) {
 }
 
 // fp32 parameters of shards in shared memory (the plain CPU device) are read in place: a parameter
-// inside this rank's shard is bound to the shard itself. And the peers' reads are fenced: with rank 0 lagging after each binding
-// (FSDP_TEST_SLOW_VIEWS), rank 1 re-initialises its shards right after fsdp_end_eval; rank 0's forward
-// must still see the old values (fsdp_end_eval waits for every reader), so all ranks' outputs equal the
-// first, unhurried forward's, bit for bit.
+// inside this rank's shard is bound to the shard itself. And the peers' reads are fenced: with rank 0
+// lagging after each binding (FSDP_TEST_SLOW_VIEWS), rank 1 re-initialises its shards right after
+// fsdp_end_eval; rank 0's forward must still see the old values (fsdp_end_eval waits for every reader),
+// so all ranks' outputs equal the first, unhurried forward's, bit for bit.
 static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) {
-    int R = fsdp_comm_rank(world), N = fsdp_comm_size(world);
+    int N = fsdp_comm_size(world);
     float *probe = fsdp_comm_alloc_shared(world, 64);
     int shared = probe != NULL;
     if (probe) fsdp_comm_free_shared(world, probe);
@@ -128,7 +128,6 @@ static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) 
     free(x);
     free(y0);
     free(y1);
-    (void)R;
 }
 
 // Reused gradient buffers are not cleared where the backward stores anyway (a Linear's weight: its dW
