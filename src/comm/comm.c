@@ -303,8 +303,6 @@ fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t c
 
 fsdp_status fsdp_all_gather_shared(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                    const size_t (*copy)[2], size_t n_copy) {
-    if (!fsdp_comm_shared_at(c, send, c->rank))
-        return fsdp_error(FSDP_ERR_INVALID_ARG, "all_gather_shared: the send buffer is not shared memory");
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "all_gather", 1, count));
     fsdp_status s = comm_shm_all_gather_shared(c, send, recv, count, dt, copy, n_copy);

@@ -76,12 +76,14 @@ static size_t straddling_ranges(const fsdp_unit *u, int g, size_t (*copy)[2]) {
     return n;
 }
 
-// After a gradient reduction (a collective every rank enters once its compute so far is done): only the
-// units still bound in place may be read later.
-static void views_fenced_by_reduction(fsdp_state *s) {
+// After unit `done`'s gradient reduction (a collective every rank enters once its compute so far is
+// done; `done` is resharded next): only the other units still bound in place may be read later.
+static void views_fenced_by_reduction(fsdp_state *s, const fsdp_unit *done) {
     s->views_unfenced = 0;
-    for (int i = 0; i < s->n_units; i++)
-        if (s->units[i].state == UNIT_UNSHARDED && params_in_place(s, &s->units[i])) s->views_unfenced = 1;
+    for (int i = 0; i < s->n_units; i++) {
+        const fsdp_unit *u = &s->units[i];
+        if (u != done && u->state == UNIT_UNSHARDED && params_in_place(s, u)) s->views_unfenced = 1;
+    }
 }
 
 // Makes every rank finish reading parameters bound in place before any rank goes on (and may rewrite
@@ -381,6 +383,7 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u) {
     fsdp_trace_end();
     log_collective(s, u, op, bytes, fsdp_now_sec() - t0);
     FSDP_CHECK(with_context(s, u, op, st));
+    views_fenced_by_reduction(s, u);
     // the add above ran after the collective on the same stream; a freed buffer is released once the
     // device is done with it (device.h)
     if (!u->grad_staged) fsdp_dev_free(s->dev, u->full_grad);
@@ -462,10 +465,8 @@ static fsdp_status hook_post_backward(void *user, int block) {
     if (!u) return FSDP_OK;
     fsdp_unit *next = s->cfg.backward_prefetch == FSDP_PREFETCH_BACKWARD_POST ? next_unit(s, u, -1) : NULL;
     if (next) FSDP_CHECK(start_unshard(s, next, 1));
-    int reduces = s->sync && u->grad != GRAD_NONE;  // a collective on the shard group
     FSDP_CHECK(fsdp_reduce_grads(s, u));
     fsdp_reshard(s, u);
-    if (reduces) views_fenced_by_reduction(s);
     return FSDP_OK;
 }
 
@@ -512,10 +513,8 @@ fsdp_status fsdp_end_eval(fsdp_state *s) {
 
 fsdp_status fsdp_end_backward(fsdp_state *s) {
     if (s->root) {
-        int reduces = s->sync && s->root->grad != GRAD_NONE;  // a collective on the shard group
         FSDP_CHECK(fsdp_reduce_grads(s, s->root));
         fsdp_reshard(s, s->root);
-        if (reduces) views_fenced_by_reduction(s);
     }
     FSDP_CHECK(fence_views(s));
     for (int i = 0; i < s->n_units; i++)
