@@ -1,8 +1,8 @@
 // bench/ceiling.c: what this machine can do at best, in fp32.
 //
 // (a) FMA peak: every OpenMP thread runs a loop of independent fused
-//     multiply-adds on 12 vector accumulators (AVX-512 zmm if the CPU has
-//     avx512f, else AVX2 ymm), enough to hide the FMA latency. FLOPs counted as
+//     multiply-adds on 16 vector accumulators (AVX-512 zmm if the CPU has
+//     avx512f, else 12 AVX2 ymm), enough to hide the FMA latency. FLOPs counted as
 //     2 per lane per FMA. Measured on 1 thread and on 2 threads.
 // (c) bf16 peak, where the CPU has avx512_bf16: the same loop with VDPBF16PS (16 lanes, each a
 //     2-element bf16 dot product added to fp32: 4 FLOPs per lane), on 2 threads. Zen 4/5 run it at
@@ -40,9 +40,14 @@ static double now(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-#define NACC 12
-// OP(i) for each of the NACC accumulators, written out so the compiler keeps all 12 chains independent
-#define EACH_ACC(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11)
+// Independent accumulator chains: enough to cover latency x throughput. 12 covered the FMA (4 cycles x
+// 2 a cycle) but not VDPBF16PS on Zen 5 (12 chains ran it at 1.85x the FMA rate, 16 at 2.00x: its
+// latency is 7-8 cycles). AVX2 has 16 ymm registers, so its loop keeps 12 (and x, y).
+#define NACC 16
+#define NACC_AVX2 12
+// OP(i) for each accumulator, written out so the compiler keeps all the chains independent
+#define EACH_ACC_AVX2(OP) OP(0) OP(1) OP(2) OP(3) OP(4) OP(5) OP(6) OP(7) OP(8) OP(9) OP(10) OP(11)
+#define EACH_ACC(OP) EACH_ACC_AVX2(OP) OP(12) OP(13) OP(14) OP(15)
 
 // Runs `iters` iterations of NACC independent 16-wide FMAs; returns a value
 // derived from the accumulators so the loop cannot be optimized away.
@@ -62,17 +67,17 @@ __attribute__((target("avx512f"), noinline)) static float fma_loop_avx512(long i
 }
 
 __attribute__((target("avx2,fma"), noinline)) static float fma_loop_avx2(long iters) {
-    __m256 a[NACC];
-    for (int i = 0; i < NACC; i++) a[i] = _mm256_set1_ps(0.001f * (float)i);
+    __m256 a[NACC_AVX2];
+    for (int i = 0; i < NACC_AVX2; i++) a[i] = _mm256_set1_ps(0.001f * (float)i);
     const __m256 x = _mm256_set1_ps(0.9999999f);
     const __m256 y = _mm256_set1_ps(1e-7f);
     for (long it = 0; it < iters; it++) {
 #define STEP(i) a[i] = _mm256_fmadd_ps(a[i], x, y);
-        EACH_ACC(STEP)
+        EACH_ACC_AVX2(STEP)
 #undef STEP
     }
     __m256 s = a[0];
-    for (int i = 1; i < NACC; i++) s = _mm256_add_ps(s, a[i]);
+    for (int i = 1; i < NACC_AVX2; i++) s = _mm256_add_ps(s, a[i]);
     float out[8];
     _mm256_storeu_ps(out, s);
     float r = 0;
@@ -112,7 +117,7 @@ static double fma_peak(int nthreads, long iters, int reps) {
             if (v == 12345.f) sink = v;
             t_max = t;
         }
-        double flops = 2.0 * lanes * NACC * (double)iters * nthreads;
+        double flops = 2.0 * lanes * (use_avx512 ? NACC : NACC_AVX2) * (double)iters * nthreads;
         double g = flops / t_max * 1e-9;
         if (g > best) best = g;
     }
