@@ -79,6 +79,12 @@ void fsdp_comm_free_shared(fsdp_comm *c, void *ptr);  // collective
 // Where rank q holds what p addresses in this rank's shared buffer (the same offset in q's buffer from
 // the same fsdp_comm_alloc_shared call); NULL when p lies in no such buffer or q is not a rank of c.
 const void *fsdp_comm_shared_at(const fsdp_comm *c, const void *p, int q);
+// Where the ranks' pieces [p, p + bytes) of a shared buffer lie one after another in memory (rank q's
+// at the returned address + q * bytes), the address of rank 0's piece: the pieces' concatenation (the
+// gathered array of an all-gather whose send is p) can then be read in place there. MPI windows are
+// contiguous across ranks unless told otherwise, so this holds for a whole buffer from
+// fsdp_comm_alloc_shared; NULL when it does not hold (or p is not shared memory).
+const void *fsdp_comm_shared_concat(const fsdp_comm *c, const void *p, size_t bytes);
 // An all-gather read in place. send (count,) lies in a shared buffer; once this returns, every rank's
 // send is read through fsdp_comm_shared_at, and only the element ranges of the gathered array
 // (size*count,) listed in copy (n_copy pairs [begin, end)) are written to recv; the rest of recv is left

@@ -287,6 +287,16 @@ const void *fsdp_comm_shared_at(const fsdp_comm *c, const void *p, int q) {
     return r ? r->peer[q] + offset : NULL;
 }
 
+const void *fsdp_comm_shared_concat(const fsdp_comm *c, const void *p, size_t bytes) {
+    size_t offset = 0;
+    const shm_region *r = bytes ? find_region(c, p, bytes, &offset) : NULL;
+    if (!r) return NULL;
+    const unsigned char *first = r->peer[0] + offset;
+    for (int q = 1; q < c->size; q++)
+        if (r->peer[q] + offset != first + (size_t)q * bytes) return NULL;
+    return first;
+}
+
 fsdp_status comm_shm_all_gather_shared(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                        const size_t (*copy)[2], size_t n_copy) {
     size_t esize = fsdp_dtype_size(dt), offset = 0;

@@ -28,11 +28,22 @@ static int params_in_place(const fsdp_state *s, const fsdp_unit *u) {
     return u->storage == SHARD_SHARED && s->cfg.param_dtype != FSDP_BF16;
 }
 
-// Parameter i of u read in place: in this rank's shard or a peer's, or, where it straddles two
-// shards (or is empty), its copy in the gathered buffer `full` (padded,).
+// Segment g of u read in place as a whole: where the ranks' pieces of it lie one after another in
+// shared memory (each rank's shard is its piece: a unit without frozen parameters, in one MPI window,
+// contiguous across ranks), the segment's first element (segment,); NULL otherwise.
+static const float *segment_in_place(const fsdp_state *s, const fsdp_unit *u, int g) {
+    unit_segment sg = segment_of(u, g);
+    return fsdp_comm_shared_concat(s->shard_comm, u->shard + sg.local, sizeof(float) * (size_t)sg.per);
+}
+
+// Parameter i of u read in place: in the concatenated shards (segment_in_place), else in this rank's
+// shard or a peer's, or, where it straddles two shards (or is empty), its copy in the gathered buffer
+// `full` (padded,).
 static float *param_in_place(const fsdp_state *s, const fsdp_unit *u, int i, float *full) {
     const nn_param *p = u->params[i];
     unit_segment sg = segment_of(u, p->frozen);
+    const float *whole = p->numel > 0 ? segment_in_place(s, u, p->frozen) : NULL;
+    if (whole) return (float *)whole + (u->offsets[i] - sg.flat);  // read-only, as below
     int64_t q = (u->offsets[i] - sg.flat) / sg.per;  // the rank holding its first element
     fsdp_piece pc = p->numel > 0 ? fsdp_piece_of_rank(u, i, q) : (fsdp_piece){0, 0, 0};
     if (p->numel == 0 || pc.count != p->numel) return full + u->offsets[i];
@@ -60,10 +71,12 @@ static void bind_params(const fsdp_state *s, fsdp_unit *u, float *flat, int grad
 }
 
 // The element ranges [begin, end) of segment g (segment coordinates) that straddle two ranks' shards:
-// the parameters params_in_place cannot read in place. At most one per boundary: copy (size - 1,).
-static size_t straddling_ranges(const fsdp_unit *u, int g, size_t (*copy)[2]) {
+// the parameters param_in_place cannot read in place (none when the segment is read as a whole). At
+// most one per boundary: copy (size - 1,).
+static size_t straddling_ranges(const fsdp_state *s, const fsdp_unit *u, int g, size_t (*copy)[2]) {
     unit_segment sg = segment_of(u, g);
     size_t n = 0;
+    if (segment_in_place(s, u, g)) return 0;
     for (int i = 0; i < u->n_params; i++) {
         const nn_param *p = u->params[i];
         if (p->frozen != g || p->numel == 0) continue;
@@ -221,7 +234,7 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
             st = fsdp_dev_all_gather(cs, s->shard_comm, mine, gathered, (size_t)sg.per, FSDP_BF16);
         } else if (params_in_place(s, u)) {  // the peers' shards are read where they live (bind_params)
             size_t copy[fsdp_comm_size(s->shard_comm)][2];  // the straddling parameters: one per boundary at most
-            size_t n = straddling_ranges(u, g, copy);
+            size_t n = straddling_ranges(s, u, g, copy);
             st = fsdp_dev_all_gather_shared(cs, s->shard_comm, u->shard + sg.local, u->full + sg.flat, (size_t)sg.per,
                                             FSDP_F32, (const size_t (*)[2])copy, n);
         } else {

@@ -67,6 +67,14 @@ static void check_shared_collectives(fsdp_comm *c) {
         for (size_t k = 0; k < n_copy; k++) listed |= i >= copy[k][0] && i < copy[k][1];
         bad += out[i] != (listed ? (float)((int)(i / n) * 11 + (int)(i % n)) : -1.0f);
     }
+    // the ranks' whole buffers lie one after another (MPI windows are contiguous across ranks unless
+    // told otherwise): their concatenation is read in place; pieces shorter than the buffer are not
+    const float *whole = fsdp_comm_shared_concat(c, shared, sizeof(float) * n * (size_t)N);
+    CHECK(whole != NULL);
+    for (int r = 0; whole && r < N; r++)
+        for (size_t i = 0; i < n; i++) bad += whole[(size_t)r * n * (size_t)N + i] != (float)(r * 11 + (int)i);
+    CHECK(N == 1 || fsdp_comm_shared_concat(c, shared, sizeof(float) * n) == NULL);
+    CHECK(fsdp_comm_shared_concat(c, out, sizeof(float) * n) == NULL);
     CHECK(bad == 0);
     CHECK(fsdp_comm_shared_at(c, out, 0) == NULL);  // ordinary memory
     CHECK(fsdp_all_gather_shared(c, out, out, n, FSDP_F32, NULL, 0) == FSDP_ERR_INVALID_ARG);
@@ -83,7 +91,7 @@ static void check_shared_collectives(fsdp_comm *c) {
 static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) {
     int N = fsdp_comm_size(world);
     float *probe = fsdp_comm_alloc_shared(world, 64);
-    int shared = probe != NULL;
+    int shared = probe != NULL, contiguous = probe && fsdp_comm_shared_concat(world, probe, 64) != NULL;
     if (probe) fsdp_comm_free_shared(world, probe);
     fsdp_state *fs = NULL;
     fsdp_config cfg = fsdp_config_default();
@@ -102,17 +110,27 @@ static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) 
     CHECK(fsdp_begin_eval(fs) == FSDP_OK);
     CHECK(nn_sequential_forward(&ctx, desc.blocks, x_dev, B, T, &y) == FSDP_OK);
     CHECK(fsdp_dev_read(ctx.stream, y0, y, sizeof(float) * xn) == FSDP_OK);
-    int in_place = 0, whole = 0;  // parameters (all bound now) inside this rank's shard
+    // parameters (all bound now) inside this rank's shard; and those straddling two ranks' shards, read
+    // in place too where the shards lie one after another (the piece this rank holds is the shard's)
+    int in_place = 0, whole = 0, straddling = 0, straddling_in_place = 0;
     for (int i = 0; i < fsdp_named_param_count(fs); i++) {
         fsdp_named_param p = fsdp_named_param_at(fs, i);
         const nn_param *orig = &desc.params->items[i];
-        if (p.numel == 0 || p.shard_numel != p.numel) continue;
-        whole++;
-        in_place += orig->data == p.shard_data;
+        if (p.numel == 0 || p.shard_numel == 0) continue;
+        if (p.shard_numel == p.numel) {
+            whole++;
+            in_place += orig->data == p.shard_data;
+        } else {
+            straddling++;
+            straddling_in_place += orig->data + p.shard_offset == p.shard_data;
+        }
     }
-    double whole_all = whole;
+    double whole_all = whole, straddling_all = straddling;
     CHECK(fsdp_all_reduce_double(world, &whole_all) == FSDP_OK);
+    CHECK(fsdp_all_reduce_double(world, &straddling_all) == FSDP_OK);
     if (shared && N > 1 && fsdp_dev_host_addressable(dev)) CHECK(whole_all > 0 && in_place == whole);
+    if (contiguous && N > 1 && fsdp_dev_host_addressable(dev))
+        CHECK(straddling_all > 0 && straddling_in_place == straddling);
     CHECK(fsdp_end_eval(fs) == FSDP_OK);
     CHECK(setenv("FSDP_TEST_SLOW_VIEWS", "0:300", 1) == 0);
     CHECK(fsdp_begin_eval(fs) == FSDP_OK);
