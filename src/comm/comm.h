@@ -76,8 +76,9 @@ fsdp_status fsdp_comm_test(fsdp_comm_request *req, int *done);  // *done = 1 whe
 // (no error) when the group has no shared memory: the caller then uses ordinary memory.
 void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes);
 void fsdp_comm_free_shared(fsdp_comm *c, void *ptr);  // collective
-// Where rank q holds what p addresses in this rank's shared buffer (the same offset in q's buffer from
-// the same fsdp_comm_alloc_shared call); NULL when p lies in no such buffer or q is not a rank of c.
+// Where rank q holds what p addresses in a shared buffer (in this rank's piece of it or a peer's: the
+// same offset in q's piece of the same fsdp_comm_alloc_shared call); NULL when p lies in no such buffer
+// or q is not a rank of c.
 const void *fsdp_comm_shared_at(const fsdp_comm *c, const void *p, int q);
 // Where the ranks' pieces [p, p + bytes) of a shared buffer lie one after another in memory (rank q's
 // at the returned address + q * bytes), the address of rank 0's piece: the pieces' concatenation (the

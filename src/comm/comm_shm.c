@@ -213,13 +213,17 @@ void fsdp_comm_free_shared(fsdp_comm *c, void *ptr) {
     }
 }
 
-// The shared region holding [p, p + bytes), with p's offset in it; NULL when p is ordinary memory.
+// The shared region one of whose ranks' pieces holds [p, p + bytes) (this rank's piece first), with
+// p's offset in that piece; NULL when p is ordinary memory.
 static const shm_region *find_region(const fsdp_comm *c, const void *p, size_t bytes, size_t *offset) {
-    for (int i = 0; i < c->n_regions; i++) {
-        const unsigned char *base = c->regions[i].peer[c->rank];
-        if ((const unsigned char *)p >= base && (const unsigned char *)p + bytes <= base + c->regions[i].bytes) {
-            *offset = (size_t)((const unsigned char *)p - base);
-            return &c->regions[i];
+    for (int k = 0; k < c->size; k++) {
+        int q = (c->rank + k) % c->size;
+        for (int i = 0; i < c->n_regions; i++) {
+            const unsigned char *base = c->regions[i].peer[q];
+            if ((const unsigned char *)p >= base && (const unsigned char *)p + bytes <= base + c->regions[i].bytes) {
+                *offset = (size_t)((const unsigned char *)p - base);
+                return &c->regions[i];
+            }
         }
     }
     return NULL;

@@ -22,34 +22,48 @@
 #include "kernels/kernels.h"
 #include "prof/trace.h"
 
-// fp32 parameters of a unit whose shard is in shared memory are read where the shards live: the
-// all-gather (fsdp_all_gather_shared) copies only those that straddle two ranks' shards.
+// Parameters of a unit whose shard is in shared memory are read where the shards live: the fp32
+// shards, or under param_dtype bf16 their rounded copies (shard_lp, shared too). The all-gather
+// (fsdp_all_gather_shared) copies only parameters that straddle two ranks' shards, and none where the
+// shards lie one after another.
 static int params_in_place(const fsdp_state *s, const fsdp_unit *u) {
-    return u->storage == SHARD_SHARED && s->cfg.param_dtype != FSDP_BF16;
+    return u->storage == SHARD_SHARED && (s->cfg.param_dtype != FSDP_BF16 || u->shard_lp);
+}
+
+// What the peers read in place: this rank's shard in the gathered dtype (elements of `esize` bytes)
+static const unsigned char *gathered_shard(const fsdp_state *s, const fsdp_unit *u, size_t *esize) {
+    int lp = s->cfg.param_dtype == FSDP_BF16;
+    *esize = lp ? sizeof(fsdp_bf16) : sizeof(float);
+    return lp ? (const unsigned char *)u->shard_lp : (const unsigned char *)u->shard;
 }
 
 // Segment g of u read in place as a whole: where the ranks' pieces of it lie one after another in
 // shared memory (each rank's shard is its piece: a unit without frozen parameters, in one MPI window,
 // contiguous across ranks), the segment's first element (segment,); NULL otherwise.
-static const float *segment_in_place(const fsdp_state *s, const fsdp_unit *u, int g) {
+static const unsigned char *segment_in_place(const fsdp_state *s, const fsdp_unit *u, int g) {
+    size_t es;
+    const unsigned char *mine = gathered_shard(s, u, &es);
     unit_segment sg = segment_of(u, g);
-    return fsdp_comm_shared_concat(s->shard_comm, u->shard + sg.local, sizeof(float) * (size_t)sg.per);
+    return fsdp_comm_shared_concat(s->shard_comm, mine + (size_t)sg.local * es, es * (size_t)sg.per);
 }
 
-// Parameter i of u read in place: in the concatenated shards (segment_in_place), else in this rank's
-// shard or a peer's, or, where it straddles two shards (or is empty), its copy in the gathered buffer
-// `full` (padded,).
-static float *param_in_place(const fsdp_state *s, const fsdp_unit *u, int i, float *full) {
+// Parameter i of u read in place (in the gathered dtype): in the concatenated shards
+// (segment_in_place), else in this rank's shard or a peer's, or, where it straddles two shards (or is
+// empty), its copy in the gathered buffer `full` (padded,). Read-only by contract: compute never
+// writes parameters.
+static void *param_in_place(const fsdp_state *s, const fsdp_unit *u, int i, void *full) {
     const nn_param *p = u->params[i];
+    size_t es;
+    const unsigned char *mine = gathered_shard(s, u, &es);
     unit_segment sg = segment_of(u, p->frozen);
-    const float *whole = p->numel > 0 ? segment_in_place(s, u, p->frozen) : NULL;
-    if (whole) return (float *)whole + (u->offsets[i] - sg.flat);  // read-only, as below
+    const unsigned char *whole = p->numel > 0 ? segment_in_place(s, u, p->frozen) : NULL;
+    if (whole) return (void *)(whole + (size_t)(u->offsets[i] - sg.flat) * es);
     int64_t q = (u->offsets[i] - sg.flat) / sg.per;  // the rank holding its first element
     fsdp_piece pc = p->numel > 0 ? fsdp_piece_of_rank(u, i, q) : (fsdp_piece){0, 0, 0};
-    if (p->numel == 0 || pc.count != p->numel) return full + u->offsets[i];
-    const float *shard = q == u->shard_rank ? u->shard : fsdp_comm_shared_at(s->shard_comm, u->shard, (int)q);
+    if (p->numel == 0 || pc.count != p->numel) return (unsigned char *)full + (size_t)u->offsets[i] * es;
+    const unsigned char *shard = q == u->shard_rank ? mine : fsdp_comm_shared_at(s->shard_comm, mine, (int)q);
     FSDP_ASSERT(shard != NULL);
-    return (float *)shard + pc.shard_pos;  // read-only by contract: compute never writes parameters
+    return (void *)(shard + (size_t)pc.shard_pos * es);
 }
 
 // Points u's parameters (or their gradients) at their places in a flat buffer (NULL: unbinds them).
@@ -64,8 +78,10 @@ static void bind_params(const fsdp_state *s, fsdp_unit *u, float *flat, int grad
         if (grads) {
             p->grad = flat && !p->frozen ? flat + u->offsets[i] : NULL;
         } else {
-            p->data = flat && !b16 ? (in_place ? param_in_place(s, u, i, flat) : flat + u->offsets[i]) : NULL;
-            p->data_b16 = flat && b16 ? (const fsdp_bf16 *)flat + u->offsets[i] : NULL;
+            void *at = !flat ? NULL : in_place ? param_in_place(s, u, i, flat)
+                                   : b16 ? (void *)((fsdp_bf16 *)flat + u->offsets[i]) : (void *)(flat + u->offsets[i]);
+            p->data = b16 ? NULL : at;
+            p->data_b16 = b16 ? at : NULL;
         }
     }
 }
@@ -227,22 +243,26 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     for (int g = 0; g < 2 && st == FSDP_OK; g++) {  // the trainable segment, then the frozen one
         unit_segment sg = segment_of(u, g);
         if (!sg.per) continue;
-        if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered
+        if (params_in_place(s, u)) {  // the peers' shards are read where they live (bind_params)
+            size_t copy[fsdp_comm_size(s->shard_comm)][2];  // the straddling parameters: one per boundary at most
+            size_t n = straddling_ranges(s, u, g, copy);
+            const void *send = lp ? (const void *)(u->shard_lp + sg.local) : (const void *)(u->shard + sg.local);
+            void *recv = lp ? (void *)((fsdp_bf16 *)u->full + sg.flat) : (void *)(u->full + sg.flat);
+            if (lp && u->lp_pass != s->pass) s->k->f32_to_bf16(cs, u->shard_lp + sg.local, u->shard + sg.local, (size_t)sg.per);
+            st = fsdp_dev_all_gather_shared(cs, s->shard_comm, send, recv, (size_t)sg.per, lp ? FSDP_BF16 : FSDP_F32,
+                                            (const size_t (*)[2])copy, n);
+        } else if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered
             fsdp_bf16 *gathered = (fsdp_bf16 *)u->full + sg.flat;  // (segment,)
             fsdp_bf16 *mine = u->shard_lp ? u->shard_lp + sg.local : gathered + sg.begin;
             s->k->f32_to_bf16(cs, mine, u->shard + sg.local, (size_t)sg.per);
             st = fsdp_dev_all_gather(cs, s->shard_comm, mine, gathered, (size_t)sg.per, FSDP_BF16);
-        } else if (params_in_place(s, u)) {  // the peers' shards are read where they live (bind_params)
-            size_t copy[fsdp_comm_size(s->shard_comm)][2];  // the straddling parameters: one per boundary at most
-            size_t n = straddling_ranges(s, u, g, copy);
-            st = fsdp_dev_all_gather_shared(cs, s->shard_comm, u->shard + sg.local, u->full + sg.flat, (size_t)sg.per,
-                                            FSDP_F32, (const size_t (*)[2])copy, n);
         } else {
             float *mine = u->full + sg.flat + sg.begin;
             st = fsdp_copy_d2d(cs, mine, u->shard + sg.local, sizeof(float) * (size_t)sg.per);
             if (st == FSDP_OK) st = fsdp_dev_all_gather(cs, s->shard_comm, mine, u->full + sg.flat, (size_t)sg.per, FSDP_F32);
         }
     }
+    if (lp && params_in_place(s, u)) u->lp_pass = s->pass;  // rounded once a pass: its re-gathers read it again
     if (st == FSDP_OK) st = fsdp_event_record(u->gathered, cs);
     fsdp_trace_end();
     log_collective(s, u, "all_gather", bytes, fsdp_now_sec() - t0);
@@ -509,6 +529,7 @@ fsdp_status fsdp_begin_forward(fsdp_state *s, int sync) {
         return fsdp_error(FSDP_ERR_INVALID_ARG, "deterministic mode: no_sync is not supported (every chunk's "
                           "gradients are reduced exactly as it ends)");
     s->sync = sync;
+    s->pass++;
     if (!s->root) return FSDP_OK;
     FSDP_CHECK(fsdp_unshard(s, s->root));
     return fsdp_bind_grads(s, s->root);
@@ -516,6 +537,7 @@ fsdp_status fsdp_begin_forward(fsdp_state *s, int sync) {
 
 fsdp_status fsdp_begin_eval(fsdp_state *s) {
     s->sync = 1;
+    s->pass++;
     return s->root ? fsdp_unshard(s, s->root) : FSDP_OK;
 }
 

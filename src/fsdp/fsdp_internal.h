@@ -58,6 +58,7 @@ struct fsdp_unit {
     float *full_grad;        // (grad_padded,) this rank's unreduced gradients, or NULL  FSDP_MEM_UNSHARDED
     fsdp_bf16 *shard_lp;     // (shard_numel,) bf16 copy of the shard for a param_dtype bf16 all-gather
                              // from shared memory (zero-copy), or NULL                  FSDP_MEM_COMM
+    long lp_pass;            // the pass (fsdp_state.pass) whose first gather of this unit rounded shard_lp
     fsdp_unit_state state;
     fsdp_grad_state grad;
     fsdp_shard_storage storage;
@@ -93,6 +94,8 @@ struct fsdp_state {
     fsdp_unit *root;          // NULL when every parameter is in a block unit
     nn_hooks hooks;
     int sync;                 // the current micro-step reduces gradients
+    long pass;                // forward and eval passes begun (fsdp_begin_forward, fsdp_begin_eval): shards
+                              // are written only between passes, so a rounded shard_lp stays valid in one
     int views_unfenced;       // parameters were bound in place (peers' shared shards) since the last
                               // collective every rank entered after its reads (engine.c: fence_views)
     float *reduce_buf;        // (max grad_shard,) reduce-scatter destination  FSDP_MEM_COMM

@@ -184,6 +184,7 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     }
     u->shard_grad = grad_bytes ? fsdp_dev_alloc(s->dev, grad_bytes, FSDP_MEM_GRADS) : NULL;
     if (!u->shard || (grad_bytes && !u->shard_grad)) return FSDP_ERR_NOMEM;
+    u->lp_pass = -1;  // not rounded yet
     if (u->storage == SHARD_SHARED && s->cfg.param_dtype == FSDP_BF16) {  // the bf16 send buffer, shared too
         size_t lp_bytes = sizeof(uint16_t) * (size_t)u->shard_numel;
         u->shard_lp = fsdp_comm_alloc_shared(s->shard_comm, lp_bytes);

@@ -60,6 +60,7 @@ static void check_shared_collectives(fsdp_comm *c) {
     for (int r = 0; r < N; r++) {
         const float *peer = fsdp_comm_shared_at(c, shared, r);
         CHECK(peer != NULL && (r != R || peer == shared));
+        CHECK(peer == NULL || fsdp_comm_shared_at(c, peer + 5, R) == shared + 5);  // a peer's address maps back
         for (size_t i = 0; peer && i < n; i++) bad += peer[i] != (float)(r * 11 + (int)i);
     }
     for (size_t i = 0; i < n * (size_t)N; i++) {
@@ -83,25 +84,29 @@ static void check_shared_collectives(fsdp_comm *c) {
     free(out);
 }
 
-// fp32 parameters of shards in shared memory (the plain CPU device) are read in place: a parameter
-// inside this rank's shard is bound to the shard itself. And the peers' reads are fenced: with rank 0
-// lagging after each binding (FSDP_TEST_SLOW_VIEWS), rank 1 re-initialises its shards right after
-// fsdp_end_eval; rank 0's forward must still see the old values (fsdp_end_eval waits for every reader),
-// so all ranks' outputs equal the first, unhurried forward's, bit for bit.
-static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) {
-    int N = fsdp_comm_size(world);
+// Parameters of shards in shared memory (the plain CPU device) are read in place: in fp32, a parameter
+// inside this rank's shard is bound to the shard itself; under param_dtype bf16 every parameter is bound
+// to shared memory (the shards' rounded copies). And the peers' reads are fenced: with rank 0 lagging
+// after each binding (FSDP_TEST_SLOW_VIEWS), rank 1 re-initialises its shards right after fsdp_end_eval
+// and runs the next pass (which rounds the bf16 copies again); rank 0's forward must still see the old
+// values (fsdp_end_eval waits for every reader), so all ranks' outputs equal the first, unhurried
+// forward's, bit for bit.
+static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C, fsdp_dtype param_dtype) {
+    int N = fsdp_comm_size(world), bf16 = param_dtype == FSDP_BF16;
     float *probe = fsdp_comm_alloc_shared(world, 64);
     int shared = probe != NULL, contiguous = probe && fsdp_comm_shared_concat(world, probe, 64) != NULL;
     if (probe) fsdp_comm_free_shared(world, probe);
     fsdp_state *fs = NULL;
     fsdp_config cfg = fsdp_config_default();
     cfg.strategy = FSDP_SHARD_GRAD_OP;  // every unit stays bound until fsdp_end_eval
+    cfg.param_dtype = param_dtype;
     CHECK(fsdp_wrap(&fs, desc, cfg, world) == FSDP_OK);
     CHECK(fsdp_init_params(fs, 5) == FSDP_OK);
     fsdp_dev *dev = fsdp_state_device(fs);
     int B = 2, T = 4;
     size_t xn = (size_t)B * T * C;
     float *x = malloc(sizeof(float) * xn), *y0 = malloc(sizeof(float) * xn), *y1 = malloc(sizeof(float) * xn);
+    float *y2 = malloc(sizeof(float) * xn);
     for (size_t i = 0; i < xn; i++) x[i] = (float)((i * 29) % 97) / 48.0f - 1.0f;
     float *x_dev = fsdp_dev_alloc(dev, sizeof(float) * xn, FSDP_MEM_ACTIVATIONS);  // (B*T, C) device
     nn_ctx ctx = fsdp_model_ctx(fs, 0, 5, 0);
@@ -112,11 +117,15 @@ static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) 
     CHECK(fsdp_dev_read(ctx.stream, y0, y, sizeof(float) * xn) == FSDP_OK);
     // parameters (all bound now) inside this rank's shard; and those straddling two ranks' shards, read
     // in place too where the shards lie one after another (the piece this rank holds is the shard's)
-    int in_place = 0, whole = 0, straddling = 0, straddling_in_place = 0;
+    int in_place = 0, whole = 0, straddling = 0, straddling_in_place = 0, bound = 0, bound_shared = 0;
     for (int i = 0; i < fsdp_named_param_count(fs); i++) {
         fsdp_named_param p = fsdp_named_param_at(fs, i);
         const nn_param *orig = &desc.params->items[i];
-        if (p.numel == 0 || p.shard_numel == 0) continue;
+        if (p.numel > 0 && bf16) {
+            bound++;
+            bound_shared += orig->data == NULL && fsdp_comm_shared_at(world, orig->data_b16, 0) != NULL;
+        }
+        if (p.numel == 0 || p.shard_numel == 0 || bf16) continue;
         if (p.shard_numel == p.numel) {
             whole++;
             in_place += orig->data == p.shard_data;
@@ -128,9 +137,11 @@ static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) 
     double whole_all = whole, straddling_all = straddling;
     CHECK(fsdp_all_reduce_double(world, &whole_all) == FSDP_OK);
     CHECK(fsdp_all_reduce_double(world, &straddling_all) == FSDP_OK);
-    if (shared && N > 1 && fsdp_dev_host_addressable(dev)) CHECK(whole_all > 0 && in_place == whole);
-    if (contiguous && N > 1 && fsdp_dev_host_addressable(dev))
-        CHECK(straddling_all > 0 && straddling_in_place == straddling);
+    if (shared && N > 1 && fsdp_dev_host_addressable(dev) && !bf16) CHECK(whole_all > 0 && in_place == whole);
+    if (contiguous && N > 1 && fsdp_dev_host_addressable(dev)) {
+        CHECK(bf16 || (straddling_all > 0 && straddling_in_place == straddling));
+        CHECK(!bf16 || (bound > 0 && bound_shared == bound));
+    }
     CHECK(fsdp_end_eval(fs) == FSDP_OK);
     CHECK(setenv("FSDP_TEST_SLOW_VIEWS", "0:300", 1) == 0);
     CHECK(fsdp_begin_eval(fs) == FSDP_OK);
@@ -139,13 +150,19 @@ static void check_views_in_place(fsdp_comm *world, fsdp_model_desc desc, int C) 
     CHECK(fsdp_end_eval(fs) == FSDP_OK);
     CHECK(unsetenv("FSDP_TEST_SLOW_VIEWS") == 0);
     CHECK(fsdp_init_params(fs, 6) == FSDP_OK);  // rank 1 at once, rank 0 after its lagging reads
+    CHECK(fsdp_begin_eval(fs) == FSDP_OK);      // rank 1 rounds its bf16 copies again at once
+    CHECK(nn_sequential_forward(&ctx, desc.blocks, x_dev, B, T, &y) == FSDP_OK);
+    CHECK(fsdp_dev_read(ctx.stream, y2, y, sizeof(float) * xn) == FSDP_OK);
+    CHECK(fsdp_end_eval(fs) == FSDP_OK);
     CHECK(memcmp(y0, y1, sizeof(float) * xn) == 0);
+    CHECK(memcmp(y0, y2, sizeof(float) * xn) != 0);  // the new pass reads the new weights (rounded again)
     CHECK(fsdp_barrier(world) == FSDP_OK);
     fsdp_dev_free(dev, x_dev);
     fsdp_free_state(fs);
     free(x);
     free(y0);
     free(y1);
+    free(y2);
 }
 
 // Reused gradient buffers are not cleared where the backward stores anyway (a Linear's weight: its dW
@@ -249,7 +266,8 @@ int main(int argc, char **argv) {
     CHECK(local >= (double)numel && local < (double)numel + 3.0 * 16 * N);
     if (R == 0) fsdp_print_summary(fs, stdout);
     fsdp_free_state(fs);
-    check_views_in_place(world, desc, layer.d_model);
+    check_views_in_place(world, desc, layer.d_model, FSDP_F32);
+    check_views_in_place(world, desc, layer.d_model, FSDP_BF16);
 
     // sync_module_states under NO_SHARD: replicas that drifted take rank 0's values again
     fsdp_config rep = fsdp_config_default();
