@@ -10,7 +10,7 @@
 #     the time its products alone would take at one core's FMA peak (the floor under any fp32 step);
 #   - the GEMM rates as two one-thread processes see them at once (bench/gemm_pair.sh): fp32, bf16, ratio.
 # Ours: best of 2 runs (the VM's speed drifts by ~10% between runs). PyTorch: OPENBLAS_CORETYPE as in
-# the environment and Haswell, the fastest kept.
+# the environment and Haswell, the fastest kept. The seed model's runs alternate between the two.
 # Knobs: BUILD=build, BENCH_PYTHON=/usr/bin/python3, BENCH_GPT_STEPS=6, BENCH_SEED_STEPS=100.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,17 +57,22 @@ best_of_2() {  # tag, flags...: best tokens/s of two runs (empty if both failed)
 f32=$(best_of_2 fp32)
 b16=$(best_of_2 bf16 --mixed-precision bf16)
 
-# tag, key, max|min, script and args: the best value of `key` a PyTorch script printed over the two
-# OpenBLAS settings (empty without torch or when both runs failed)
-torch_best() {
-  local tag=$1 key=$2 better=$3 best= ct v log; shift 3
+# tag, key, coretype (env: as in the environment), script and args: the value of `key` one PyTorch run
+# printed (empty without torch or when the run failed)
+torch_run() {
+  local tag=$1 key=$2 ct=$3 log; shift 3
   "$PY" -c 'import torch' 2>/dev/null || return 0
+  log=$LOGS/speed-torch-$tag-$ct.log
+  if [ "$ct" = env ]; then "$PY" "$@" >"$log" 2>&1; else OPENBLAS_CORETYPE=$ct "$PY" "$@" >"$log" 2>&1; fi
+  awk -v k="$key" '$1 == k {print $2}' "$log"
+}
+better() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN{exit !(b == "" || (m == "max" ? a > b : a < b))}'; }  # a better than b
+# tag, key, max|min, script and args: the best value of `key` over the two OpenBLAS settings
+torch_best() {
+  local tag=$1 key=$2 m=$3 best= ct v; shift 3
   for ct in env Haswell; do
-    log=$LOGS/speed-torch-$tag-$ct.log
-    if [ $ct = env ]; then "$PY" "$@" >"$log" 2>&1; else OPENBLAS_CORETYPE=$ct "$PY" "$@" >"$log" 2>&1; fi
-    v=$(awk -v k="$key" '$1 == k {print $2}' "$log")
-    [ -n "$v" ] && { [ -z "$best" ] || awk -v a="$v" -v b="$best" -v m="$better" \
-      'BEGIN{exit !(m == "max" ? a > b : a < b)}'; } && best=$v
+    v=$(torch_run "$tag" "$key" $ct "$@")
+    [ -n "$v" ] && better "$v" "$best" "$m" && best=$v
   done
   echo "$best"
 }
@@ -88,14 +93,17 @@ printf '%-44s %12s %12s %12s %10s\n' "GPT bf16 GFLOP/s, share of bf16 peak" "$g1
 printf '%-44s %12s %12s %12s %10s\n' "GPT peak MiB per rank, fp32 / bf16" \
   "$(peak_mib "$LOGS/speed-fp32-1.log") / $(peak_mib "$LOGS/speed-bf16-1.log")" "" "" "-"
 
-# seed model: fsdp-minimal's mean line (steps 1..N-1) against torch_seed.py on one thread
-seed=
+# seed model: fsdp-minimal's mean line (steps 1..N-1) against torch_seed.py on one thread, the two
+# alternating (ours, PyTorch with the environment's OpenBLAS setting, ours, PyTorch with Haswell), so
+# that neither side alone runs in the VM's wake of the PyTorch GPT runs above
+seed= torch_seed=
 for r in 1 2; do
   mpirun -np 2 -x OMP_NUM_THREADS=1 "$BUILD/bin/fsdp-minimal" --steps "$SEED_STEPS" >"$LOGS/speed-seed-$r.log" 2>&1
   ms=$(sed -n 's/^mean .*: \([0-9.]*\) ms\/step.*/\1/p' "$LOGS/speed-seed-$r.log")
-  [ -n "$ms" ] && awk -v a="$ms" -v b="${seed:-1e9}" 'BEGIN{exit !(a < b)}' && seed=$ms
+  [ -n "$ms" ] && better "$ms" "$seed" min && seed=$ms
+  v=$(torch_run seed ms_per_step "$([ $r = 1 ] && echo env || echo Haswell)" bench/torch_seed.py --steps "$SEED_STEPS" --threads 1)
+  [ -n "$v" ] && better "$v" "$torch_seed" min && torch_seed=$v
 done
-torch_seed=$(torch_best seed ms_per_step min bench/torch_seed.py --steps "$SEED_STEPS" --threads 1)
 printf '%-44s %12s %12s %12s %10s\n' "seed model ms/step (16 sequences per core)" "${seed:-failed}" "${torch_seed:-n/a}" \
   "$(ratio "$seed" "$torch_seed")" "<= 0.40x"
 # The seed step's products on one core at its FMA peak: a floor no fp32 step reaches on this CPU (per
