@@ -215,7 +215,7 @@ int main(void) {
     // M mod 14 (the fp32 kernel's panel rows) covers each of its row-count variants: 1-2, 3-4, 5-6, ... 13-14
     int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257}, {100, 17, 5},
                       {345, 70, 40}, {700, 96, 33}, {64, 3100, 9}, {3, 5, 520},  {19, 40, 30}, {26, 34, 270},
-                      {39, 20, 7}};
+                      {39, 20, 7},   {30, 40, 1100}};  // K > the k block (1024): A read in place from k 1024 on
     float alphas[] = {1.0f, 0.5f, 0.0f}, betas[] = {0.0f, 1.0f, -0.75f};
     int cases = 0;
     for (int s = 0; s < (int)(sizeof sizes / sizeof sizes[0]); s++)

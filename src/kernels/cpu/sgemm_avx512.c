@@ -16,8 +16,16 @@
 #define KC CPU_SGEMM_KC
 #define MC CPU_SGEMM_MC
 #define NC CPU_SGEMM_NC
+#define A_IN_PLACE_MAX_N 512
 
 #define AVX512 __attribute__((target("avx512f")))
+
+enum { A_PACKED, A_ROWS, A_COLS };  // where the micro-kernel reads A: packed panels, or A itself
+// A one-thread product with at most this many columns reads A where it lies (rows or columns
+// contiguous, alpha 1) instead of packing it: each A panel is swept by only N / NR <= 16 B panels, too
+// few to repay its copy. Zen 5, 2 ranks x 1 thread: the seed model's step (M 128: linear2's forward
+// and linear1's input gradient read 128 x 2048 activations once each) 1-4% faster, the GPT bench
+// model's unchanged; reading A in place also for N 1536-2048 made the GPT step 2-5% slower.
 
 // In-register transpose of a 16x16 block: r[i] holds row i on entry and column i on exit.
 AVX512 static inline void transpose16(__m512 r[16]) {
@@ -140,7 +148,8 @@ AVX512 static void pack_b_rows(float *dst, const float *B, long rs, int kc, int 
 // (the first k block of a beta-0 product: C is neither cleared first nor read). rows_max is a constant
 // where this is inlined (micro_kernel): a panel with fewer rows than MR (M = 128 leaves 2 of 14) does
 // only its own rows' FMAs.
-AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max, int kc, const float *restrict a,
+AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max, int a_form, int kc,
+                                                                   const float *restrict a, long a_ld,
                                                                    const float *restrict b, float *restrict c,
                                                                    long ldc, int m, int n, int overwrite) {
     __m512 c0a = _mm512_setzero_ps(), c0b = c0a, c1a = c0a, c1b = c0a, c2a = c0a, c2b = c0a, c3a = c0a,
@@ -152,14 +161,14 @@ AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max
         __m512 av;
 #define STEP(i)                                      \
     if (rows_max > i) {                              \
-        av = _mm512_set1_ps(a[i]);                   \
+        av = _mm512_set1_ps(a_form == A_ROWS ? a[i * a_ld] : a[i]); \
         c##i##a = _mm512_fmadd_ps(av, b0, c##i##a);  \
         c##i##b = _mm512_fmadd_ps(av, b1, c##i##b);  \
     }
         STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6)
         STEP(7) STEP(8) STEP(9) STEP(10) STEP(11) STEP(12) STEP(13)
 #undef STEP
-        a += MR;
+        a += a_form == A_ROWS ? 1 : a_form == A_COLS ? a_ld : MR;
         b += NR;
     }
     __m512 rows[MR][2] = {{c0a, c0b}, {c1a, c1b}, {c2a, c2b}, {c3a, c3b}, {c4a, c4b}, {c5a, c5b},
@@ -196,15 +205,44 @@ AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max
 AVX512 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *restrict c,
                                 long ldc, int m, int n, int overwrite) {
     switch ((m + 1) / 2) {
-        case 1: micro_rows(2, kc, a, b, c, ldc, m, n, overwrite); break;
-        case 2: micro_rows(4, kc, a, b, c, ldc, m, n, overwrite); break;
-        case 3: micro_rows(6, kc, a, b, c, ldc, m, n, overwrite); break;
-        case 4: micro_rows(8, kc, a, b, c, ldc, m, n, overwrite); break;
-        case 5: micro_rows(10, kc, a, b, c, ldc, m, n, overwrite); break;
-        case 6: micro_rows(12, kc, a, b, c, ldc, m, n, overwrite); break;
-        default: micro_rows(MR, kc, a, b, c, ldc, m, n, overwrite); break;
+        case 1: micro_rows(2, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 2: micro_rows(4, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 3: micro_rows(6, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 4: micro_rows(8, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 5: micro_rows(10, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 6: micro_rows(12, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        default: micro_rows(MR, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
     }
 }
+
+// micro_rows reading A where it lies (form A_ROWS: row i at a + i*a_ld, contiguous in k; A_COLS: the
+// panel's rows contiguous at each k, k at a + k*a_ld): exactly m rows, so nothing past A is read
+#define DIRECT_CASES(form)                                                                      \
+    switch (m) {                                                                                \
+        case 1: micro_rows(1, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 2: micro_rows(2, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 3: micro_rows(3, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 4: micro_rows(4, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 5: micro_rows(5, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 6: micro_rows(6, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 7: micro_rows(7, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 8: micro_rows(8, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 9: micro_rows(9, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
+        case 10: micro_rows(10, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
+        case 11: micro_rows(11, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
+        case 12: micro_rows(12, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
+        case 13: micro_rows(13, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
+        default: micro_rows(MR, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
+    }
+AVX512 static void micro_kernel_rows(int kc, const float *restrict a, long a_ld, const float *restrict b,
+                                     float *restrict c, long ldc, int m, int n, int overwrite) {
+    DIRECT_CASES(A_ROWS)
+}
+AVX512 static void micro_kernel_cols(int kc, const float *restrict a, long a_ld, const float *restrict b,
+                                     float *restrict c, long ldc, int m, int n, int overwrite) {
+    DIRECT_CASES(A_COLS)
+}
+#undef DIRECT_CASES
 
 // Per-thread A panels, and B panels: per thread for one-thread calls (attention runs many small GEMMs
 // concurrently), one shared block for team calls (threads pack it together, then share it). Fixed
@@ -248,6 +286,7 @@ typedef struct {
     int jc, nc, pc, kc;
     float alpha;
     int overwrite;    // first k block of a beta-0 product
+    int a_direct;     // the micro-kernel reads A where it lies (A_IN_PLACE_MAX_N)
     float *b_pack;    // (kc, ceil(nc/NR)*NR) panels
 } sgemm_pass;
 
@@ -260,6 +299,20 @@ AVX512 static void pass_pack_b(const sgemm_pass *p, int q) {
 // a_pack: (MC, KC) this thread's A panels
 AVX512 static void pass_block(const sgemm_pass *p, float *a_pack, int blk) {
     int ic = blk * p->mc_rows, mc = p->M - ic < p->mc_rows ? p->M - ic : p->mc_rows;
+    if (p->a_direct) {
+        const float *a0 = p->A + ic * p->rs_a + p->pc * p->cs_a;
+        for (int jr = 0; jr < p->nc; jr += NR) {
+            const float *bp = p->b_pack + (long)(jr / NR) * p->kc * NR;
+            int n = p->nc - jr < NR ? p->nc - jr : NR;
+            for (int ir = 0; ir < mc; ir += MR) {
+                int m = mc - ir < MR ? mc - ir : MR;
+                float *c = p->C + (long)(ic + ir) * p->ldc + p->jc + jr;
+                if (p->cs_a == 1) micro_kernel_rows(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
+                else micro_kernel_cols(p->kc, a0 + ir, p->cs_a, bp, c, p->ldc, m, n, p->overwrite);
+            }
+        }
+        return;
+    }
     pack_a(a_pack, p->A + ic * p->rs_a + p->pc * p->cs_a, p->rs_a, p->cs_a, mc, p->kc, p->alpha);
     for (int jr = 0; jr < p->nc; jr += NR) {
         const float *bp = p->b_pack + (long)(jr / NR) * p->kc * NR;
@@ -284,6 +337,7 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
     p.b_pack = nthreads > 1 ? lazy_buffer(&shared_b_pack, (size_t)KC * NC) : lazy_buffer(&thread_b_pack, (size_t)KC * NC);
     if (nthreads <= 1) {  // no OpenMP constructs at all: a team of one still pays a futex call per barrier
         float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
+        p.a_direct = alpha == 1.0f && (p.cs_a == 1 || p.rs_a == 1) && N <= A_IN_PLACE_MAX_N;
         if (prescale) cpu_scale_rows(C, ldc, 0, M, N, beta);
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
