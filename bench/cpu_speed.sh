@@ -66,7 +66,8 @@ torch_run() {
   if [ "$ct" = env ]; then "$PY" "$@" >"$log" 2>&1; else OPENBLAS_CORETYPE=$ct "$PY" "$@" >"$log" 2>&1; fi
   awk -v k="$key" '$1 == k {print $2}' "$log"
 }
-better() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN{exit !(b == "" || (m == "max" ? a > b : a < b))}'; }  # a better than b
+# a, b, max|min: a is better than b (or b is empty)
+better() { awk -v a="$1" -v b="$2" -v m="$3" 'BEGIN{exit !(b == "" || (m == "max" ? a > b : a < b))}'; }
 # tag, key, max|min, script and args: the best value of `key` over the two OpenBLAS settings
 torch_best() {
   local tag=$1 key=$2 m=$3 best= ct v; shift 3
@@ -101,7 +102,8 @@ for r in 1 2; do
   mpirun -np 2 -x OMP_NUM_THREADS=1 "$BUILD/bin/fsdp-minimal" --steps "$SEED_STEPS" >"$LOGS/speed-seed-$r.log" 2>&1
   ms=$(sed -n 's/^mean .*: \([0-9.]*\) ms\/step.*/\1/p' "$LOGS/speed-seed-$r.log")
   [ -n "$ms" ] && better "$ms" "$seed" min && seed=$ms
-  v=$(torch_run seed ms_per_step "$([ $r = 1 ] && echo env || echo Haswell)" bench/torch_seed.py --steps "$SEED_STEPS" --threads 1)
+  ct=$([ $r = 1 ] && echo env || echo Haswell)
+  v=$(torch_run seed ms_per_step "$ct" bench/torch_seed.py --steps "$SEED_STEPS" --threads 1)
   [ -n "$v" ] && better "$v" "$torch_seed" min && torch_seed=$v
 done
 printf '%-44s %12s %12s %12s %10s\n' "seed model ms/step (16 sequences per core)" "${seed:-failed}" "${torch_seed:-n/a}" \

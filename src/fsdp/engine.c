@@ -248,7 +248,8 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
             size_t n = straddling_ranges(s, u, g, copy);
             const void *send = lp ? (const void *)(u->shard_lp + sg.local) : (const void *)(u->shard + sg.local);
             void *recv = lp ? (void *)((fsdp_bf16 *)u->full + sg.flat) : (void *)(u->full + sg.flat);
-            if (lp && u->lp_pass != s->pass) s->k->f32_to_bf16(cs, u->shard_lp + sg.local, u->shard + sg.local, (size_t)sg.per);
+            if (lp && u->lp_pass != s->pass)  // rounded at the pass's first gather of u
+                s->k->f32_to_bf16(cs, u->shard_lp + sg.local, u->shard + sg.local, (size_t)sg.per);
             st = fsdp_dev_all_gather_shared(cs, s->shard_comm, send, recv, (size_t)sg.per, lp ? FSDP_BF16 : FSDP_F32,
                                             (const size_t (*)[2])copy, n);
         } else if (lp) {  // `full` is a bf16 buffer: each rank's shard rounded to bf16, then gathered

@@ -217,22 +217,14 @@ AVX512 static void micro_kernel(int kc, const float *restrict a, const float *re
 
 // micro_rows reading A where it lies (form A_ROWS: row i at a + i*a_ld, contiguous in k; A_COLS: the
 // panel's rows contiguous at each k, k at a + k*a_ld): exactly m rows, so nothing past A is read
-#define DIRECT_CASES(form)                                                                      \
-    switch (m) {                                                                                \
-        case 1: micro_rows(1, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 2: micro_rows(2, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 3: micro_rows(3, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 4: micro_rows(4, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 5: micro_rows(5, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 6: micro_rows(6, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 7: micro_rows(7, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 8: micro_rows(8, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 9: micro_rows(9, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;            \
-        case 10: micro_rows(10, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
-        case 11: micro_rows(11, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
-        case 12: micro_rows(12, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
-        case 13: micro_rows(13, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
-        default: micro_rows(MR, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;          \
+#define DIRECT_ROWS(form, r) \
+    case r: micro_rows(r, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;
+#define DIRECT_CASES(form)                                                                                    \
+    switch (m) {                                                                                              \
+        DIRECT_ROWS(form, 1) DIRECT_ROWS(form, 2) DIRECT_ROWS(form, 3) DIRECT_ROWS(form, 4) DIRECT_ROWS(form, 5) \
+        DIRECT_ROWS(form, 6) DIRECT_ROWS(form, 7) DIRECT_ROWS(form, 8) DIRECT_ROWS(form, 9)                  \
+        DIRECT_ROWS(form, 10) DIRECT_ROWS(form, 11) DIRECT_ROWS(form, 12) DIRECT_ROWS(form, 13)              \
+        default: micro_rows(MR, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;                        \
     }
 AVX512 static void micro_kernel_rows(int kc, const float *restrict a, long a_ld, const float *restrict b,
                                      float *restrict c, long ldc, int m, int n, int overwrite) {
@@ -243,6 +235,7 @@ AVX512 static void micro_kernel_cols(int kc, const float *restrict a, long a_ld,
     DIRECT_CASES(A_COLS)
 }
 #undef DIRECT_CASES
+#undef DIRECT_ROWS
 
 // Per-thread A panels, and B panels: per thread for one-thread calls (attention runs many small GEMMs
 // concurrently), one shared block for team calls (threads pack it together, then share it). Fixed
@@ -307,8 +300,10 @@ AVX512 static void pass_block(const sgemm_pass *p, float *a_pack, int blk) {
             for (int ir = 0; ir < mc; ir += MR) {
                 int m = mc - ir < MR ? mc - ir : MR;
                 float *c = p->C + (long)(ic + ir) * p->ldc + p->jc + jr;
-                if (p->cs_a == 1) micro_kernel_rows(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
-                else micro_kernel_cols(p->kc, a0 + ir, p->cs_a, bp, c, p->ldc, m, n, p->overwrite);
+                if (p->cs_a == 1)
+                    micro_kernel_rows(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
+                else
+                    micro_kernel_cols(p->kc, a0 + ir, p->cs_a, bp, c, p->ldc, m, n, p->overwrite);
             }
         }
         return;
