@@ -1,7 +1,10 @@
 // sgemm_avx512.c: our own fp32 GEMM for AVX-512 CPUs (BLIS-style blocking: packed panels of A and
 // B, a 14x32 register-tile micro-kernel). It does not depend on OpenBLAS's CPU detection, which
 // falls back to generic SSE3 kernels on CPUs it does not know. Row-major; any transposition is
-// absorbed by the packing routines, which read A(i, k) = A[i*rs_a + k*cs_a].
+// absorbed by the packing routines, which read A(i, k) = A[i*rs_a + k*cs_a]. Small products skip
+// packing what does not repay it: A is read in place when few B panels sweep it (A_IN_PLACE_MAX_N),
+// and x W^T with few rows of x is computed as W x^T (W read in place, tiles stored transposed). Every
+// form multiplies and adds the same values in the same order: the results are bit-identical.
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -144,11 +147,27 @@ AVX512 static void pack_b_rows(float *dst, const float *B, long rs, int kc, int 
     if (whole * NR < nc) pack_b(dst + (long)whole * kc * NR, B + whole * NR, rs, 1, kc, nc - whole * NR);
 }
 
+// The tile rows (m of MR, n of NR columns) stored transposed: C[j * ldc + i] (+)= rows[i][j / 16] lane
+// j % 16, for i < m, j < n; = when `overwrite`. Two 16 x 16 transposes in registers.
+AVX512 static inline void store_transposed(__m512 rows[MR][2], float *c, long ldc, int m, int n, int overwrite) {
+    __mmask16 lanes = first_lanes(m);
+    for (int h = 0; h < 2 && 16 * h < n; h++) {
+        __m512 r[16];
+        for (int i = 0; i < 16; i++) r[i] = i < MR ? rows[i][h] : _mm512_setzero_ps();
+        transpose16(r);
+        int cols = n - 16 * h < 16 ? n - 16 * h : 16;
+        for (int j = 0; j < cols; j++) {
+            float *dst = c + (long)(16 * h + j) * ldc;
+            _mm512_mask_storeu_ps(dst, lanes, overwrite ? r[j] : _mm512_add_ps(r[j], _mm512_maskz_loadu_ps(lanes, dst)));
+        }
+    }
+}
+
 // C (m <= rows_max rows, n <= NR cols, leading dim ldc) += a (kc, MR) @ b (kc, NR); = when `overwrite`
 // (the first k block of a beta-0 product: C is neither cleared first nor read). rows_max is a constant
 // where this is inlined (micro_kernel): a panel with fewer rows than MR (M = 128 leaves 2 of 14) does
 // only its own rows' FMAs.
-AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max, int a_form, int kc,
+AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max, int a_form, int c_trans, int kc,
                                                                    const float *restrict a, long a_ld,
                                                                    const float *restrict b, float *restrict c,
                                                                    long ldc, int m, int n, int overwrite) {
@@ -174,6 +193,10 @@ AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max
     __m512 rows[MR][2] = {{c0a, c0b}, {c1a, c1b}, {c2a, c2b}, {c3a, c3b}, {c4a, c4b}, {c5a, c5b},
                           {c6a, c6b}, {c7a, c7b}, {c8a, c8b}, {c9a, c9b}, {c10a, c10b}, {c11a, c11b},
                           {c12a, c12b}, {c13a, c13b}};
+    if (c_trans) {
+        store_transposed(rows, c, ldc, m, n, overwrite);
+        return;
+    }
     if (n == NR && overwrite) {
         for (int i = 0; i < m; i++) {
             _mm512_storeu_ps(c + (long)i * ldc, rows[i][0]);
@@ -205,34 +228,40 @@ AVX512 static inline __attribute__((always_inline)) void micro_rows(int rows_max
 AVX512 static void micro_kernel(int kc, const float *restrict a, const float *restrict b, float *restrict c,
                                 long ldc, int m, int n, int overwrite) {
     switch ((m + 1) / 2) {
-        case 1: micro_rows(2, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
-        case 2: micro_rows(4, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
-        case 3: micro_rows(6, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
-        case 4: micro_rows(8, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
-        case 5: micro_rows(10, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
-        case 6: micro_rows(12, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
-        default: micro_rows(MR, A_PACKED, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 1: micro_rows(2, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 2: micro_rows(4, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 3: micro_rows(6, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 4: micro_rows(8, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 5: micro_rows(10, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        case 6: micro_rows(12, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
+        default: micro_rows(MR, A_PACKED, 0, kc, a, MR, b, c, ldc, m, n, overwrite); break;
     }
 }
 
 // micro_rows reading A where it lies (form A_ROWS: row i at a + i*a_ld, contiguous in k; A_COLS: the
-// panel's rows contiguous at each k, k at a + k*a_ld): exactly m rows, so nothing past A is read
-#define DIRECT_ROWS(form, r) \
-    case r: micro_rows(r, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;
-#define DIRECT_CASES(form)                                                                                    \
-    switch (m) {                                                                                              \
-        DIRECT_ROWS(form, 1) DIRECT_ROWS(form, 2) DIRECT_ROWS(form, 3) DIRECT_ROWS(form, 4) DIRECT_ROWS(form, 5) \
-        DIRECT_ROWS(form, 6) DIRECT_ROWS(form, 7) DIRECT_ROWS(form, 8) DIRECT_ROWS(form, 9)                  \
-        DIRECT_ROWS(form, 10) DIRECT_ROWS(form, 11) DIRECT_ROWS(form, 12) DIRECT_ROWS(form, 13)              \
-        default: micro_rows(MR, form, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;                        \
+// panel's rows contiguous at each k, k at a + k*a_ld): exactly m rows, so nothing past A is read.
+// c_trans: the tile is stored transposed (store_transposed).
+#define DIRECT_ROWS(form, ct, r) \
+    case r: micro_rows(r, form, ct, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;
+#define DIRECT_CASES(form, ct)                                                                              \
+    switch (m) {                                                                                            \
+        DIRECT_ROWS(form, ct, 1) DIRECT_ROWS(form, ct, 2) DIRECT_ROWS(form, ct, 3) DIRECT_ROWS(form, ct, 4)  \
+        DIRECT_ROWS(form, ct, 5) DIRECT_ROWS(form, ct, 6) DIRECT_ROWS(form, ct, 7) DIRECT_ROWS(form, ct, 8)  \
+        DIRECT_ROWS(form, ct, 9) DIRECT_ROWS(form, ct, 10) DIRECT_ROWS(form, ct, 11)                        \
+        DIRECT_ROWS(form, ct, 12) DIRECT_ROWS(form, ct, 13)                                                 \
+        default: micro_rows(MR, form, ct, kc, a, a_ld, b, c, ldc, m, n, overwrite); break;                  \
     }
 AVX512 static void micro_kernel_rows(int kc, const float *restrict a, long a_ld, const float *restrict b,
                                      float *restrict c, long ldc, int m, int n, int overwrite) {
-    DIRECT_CASES(A_ROWS)
+    DIRECT_CASES(A_ROWS, 0)
 }
 AVX512 static void micro_kernel_cols(int kc, const float *restrict a, long a_ld, const float *restrict b,
                                      float *restrict c, long ldc, int m, int n, int overwrite) {
-    DIRECT_CASES(A_COLS)
+    DIRECT_CASES(A_COLS, 0)
+}
+AVX512 static void micro_kernel_rows_transposed(int kc, const float *restrict a, long a_ld, const float *restrict b,
+                                                float *restrict c, long ldc, int m, int n, int overwrite) {
+    DIRECT_CASES(A_ROWS, 1)
 }
 #undef DIRECT_CASES
 #undef DIRECT_ROWS
@@ -273,13 +302,14 @@ static int a_block_rows(int M, int nthreads) {
 typedef struct {
     const float *A, *B;  // op(A)(i, k) = A[i*rs_a + k*cs_a], op(B)(k, j) = B[k*rs_b + j*cs_b]
     long rs_a, cs_a, rs_b, cs_b;
-    float *C;  // (M, ldc)
+    float *C;  // (M, ldc); under c_trans the caller's C, whose rows are this product's columns
     long ldc;
     int M, mc_rows;   // rows of C, rows per A block
     int jc, nc, pc, kc;
     float alpha;
     int overwrite;    // first k block of a beta-0 product
     int a_direct;     // the micro-kernel reads A where it lies (A_IN_PLACE_MAX_N)
+    int c_trans;      // this is the product transposed (C^T = B^T A^T): tiles are stored transposed
     float *b_pack;    // (kc, ceil(nc/NR)*NR) panels
 } sgemm_pass;
 
@@ -299,6 +329,11 @@ AVX512 static void pass_block(const sgemm_pass *p, float *a_pack, int blk) {
             int n = p->nc - jr < NR ? p->nc - jr : NR;
             for (int ir = 0; ir < mc; ir += MR) {
                 int m = mc - ir < MR ? mc - ir : MR;
+                if (p->c_trans) {
+                    float *c = p->C + (long)(p->jc + jr) * p->ldc + ic + ir;
+                    micro_kernel_rows_transposed(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
+                    continue;
+                }
                 float *c = p->C + (long)(ic + ir) * p->ldc + p->jc + jr;
                 if (p->cs_a == 1)
                     micro_kernel_rows(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
@@ -332,8 +367,17 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
     p.b_pack = nthreads > 1 ? lazy_buffer(&shared_b_pack, (size_t)KC * NC) : lazy_buffer(&thread_b_pack, (size_t)KC * NC);
     if (nthreads <= 1) {  // no OpenMP constructs at all: a team of one still pays a futex call per barrier
         float *a_pack = lazy_buffer(&thread_a_pack, (size_t)MC * KC);
-        p.a_direct = alpha == 1.0f && (p.cs_a == 1 || p.rs_a == 1) && N <= A_IN_PLACE_MAX_N;
         if (prescale) cpu_scale_rows(C, ldc, 0, M, N, beta);
+        if (trans_b && !trans_a && alpha == 1.0f && N > M && M <= A_IN_PLACE_MAX_N) {
+            // x W^T with few rows of x (a Linear's forward on a small batch): computed as W x^T, W read in
+            // place as A (no transposed copy of the large operand), x packed as B, tiles stored transposed
+            p.A = B, p.rs_a = ldb, p.cs_a = 1, p.B = A, p.rs_b = 1, p.cs_b = lda, p.M = N, p.c_trans = 1;
+            p.mc_rows = a_block_rows(N, 1);
+            n_blocks = (N + p.mc_rows - 1) / p.mc_rows;
+            int swap = M;
+            M = N, N = swap;
+        }
+        p.a_direct = alpha == 1.0f && (p.cs_a == 1 || p.rs_a == 1) && N <= A_IN_PLACE_MAX_N;
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
             for (p.pc = 0; p.pc < K; p.pc += KC) {
