@@ -322,35 +322,23 @@ AVX512 static void pass_pack_b(const sgemm_pass *p, int q) {
 // a_pack: (MC, KC) this thread's A panels
 AVX512 static void pass_block(const sgemm_pass *p, float *a_pack, int blk) {
     int ic = blk * p->mc_rows, mc = p->M - ic < p->mc_rows ? p->M - ic : p->mc_rows;
-    if (p->a_direct) {
-        const float *a0 = p->A + ic * p->rs_a + p->pc * p->cs_a;
-        for (int jr = 0; jr < p->nc; jr += NR) {
-            const float *bp = p->b_pack + (long)(jr / NR) * p->kc * NR;
-            int n = p->nc - jr < NR ? p->nc - jr : NR;
-            for (int ir = 0; ir < mc; ir += MR) {
-                int m = mc - ir < MR ? mc - ir : MR;
-                if (p->c_trans) {
-                    float *c = p->C + (long)(p->jc + jr) * p->ldc + ic + ir;
-                    micro_kernel_rows_transposed(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
-                    continue;
-                }
-                float *c = p->C + (long)(ic + ir) * p->ldc + p->jc + jr;
-                if (p->cs_a == 1)
-                    micro_kernel_rows(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
-                else
-                    micro_kernel_cols(p->kc, a0 + ir, p->cs_a, bp, c, p->ldc, m, n, p->overwrite);
-            }
-        }
-        return;
-    }
-    pack_a(a_pack, p->A + ic * p->rs_a + p->pc * p->cs_a, p->rs_a, p->cs_a, mc, p->kc, p->alpha);
+    const float *a0 = p->A + ic * p->rs_a + p->pc * p->cs_a;  // A(ic, pc), where A is read in place
+    if (!p->a_direct) pack_a(a_pack, a0, p->rs_a, p->cs_a, mc, p->kc, p->alpha);
     for (int jr = 0; jr < p->nc; jr += NR) {
         const float *bp = p->b_pack + (long)(jr / NR) * p->kc * NR;
         int n = p->nc - jr < NR ? p->nc - jr : NR;
         for (int ir = 0; ir < mc; ir += MR) {
-            const float *ap = a_pack + (long)(ir / MR) * p->kc * MR;
             int m = mc - ir < MR ? mc - ir : MR;
-            micro_kernel(p->kc, ap, bp, p->C + (long)(ic + ir) * p->ldc + p->jc + jr, p->ldc, m, n, p->overwrite);
+            float *c = p->C + (long)(ic + ir) * p->ldc + p->jc + jr;
+            if (!p->a_direct)
+                micro_kernel(p->kc, a_pack + (long)(ir / MR) * p->kc * MR, bp, c, p->ldc, m, n, p->overwrite);
+            else if (p->c_trans)  // tile (ic + ir, jc + jr) of C^T
+                micro_kernel_rows_transposed(p->kc, a0 + ir * p->rs_a, p->rs_a, bp,
+                                             p->C + (long)(p->jc + jr) * p->ldc + ic + ir, p->ldc, m, n, p->overwrite);
+            else if (p->cs_a == 1)
+                micro_kernel_rows(p->kc, a0 + ir * p->rs_a, p->rs_a, bp, c, p->ldc, m, n, p->overwrite);
+            else
+                micro_kernel_cols(p->kc, a0 + ir, p->cs_a, bp, c, p->ldc, m, n, p->overwrite);
         }
     }
 }
