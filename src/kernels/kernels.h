@@ -67,6 +67,17 @@ typedef struct fsdp_kernels {
     void (*gemm_a16_b16)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha,
                          const fsdp_bf16 *A, int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 
+    // A weight gradient and its bias's gradient in one call, from an input kept in bf16 and the output's
+    // gradient dout (K, C) fp32, dense. gemm_b16_dbias (Linear's layout): C (M, N) = dout^T @ B + beta * C
+    // with C = M, B (K, N) bf16 with leading dimension ldb; dbias (M,) += the column sums of dout.
+    // gemm_a16_dbias (Conv1D's layout): C (M, N) = A^T @ dout + beta * C with C = N, A (K, M) bf16 with
+    // leading dimension lda; dbias (N,) += the column sums of dout. The products are gemm_b16's and
+    // gemm_a16's; the sums are bias_backward's, bit for bit (the CPU sums while it packs dout).
+    void (*gemm_b16_dbias)(fsdp_stream *st, int M, int N, int K, const float *dout, const fsdp_bf16 *B, int ldb,
+                           float beta, float *C, int ldc, float *dbias);
+    void (*gemm_a16_dbias)(fsdp_stream *st, int M, int N, int K, const fsdp_bf16 *A, int lda, const float *dout,
+                           float beta, float *C, int ldc, float *dbias);
+
     // out, inp: (N, C); mean, rstd: (N,); weight, bias: (C,). out_b16 (N, C): when not NULL the output
     // goes there in bf16 (rounded to nearest even) and out is not written.
     void (*layernorm_forward)(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd,
@@ -210,6 +221,13 @@ void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alph
                        const float *B, int ldb, float beta, float *C, int ldc);
 void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                            const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
+// Weight and bias gradients in one call (the table's gemm_b16_dbias, gemm_a16_dbias): C = A^T @ B +
+// beta * C with A (K, M) and B (K, N), one of them dout in fp32 (dense), the other bf16; dbias += the
+// column sums of dout, summed as cpu_bias_backward sums (the same bits), while dout is packed.
+void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
+                             int ldc, float *dbias);
+void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
+                             int ldc, float *dbias);
 void cpu_gemm_bf16_select(const char *name);
 const char *cpu_gemm_bf16_name(void);  // "amx", "avx512bf16" or "emulate"
 // Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region). Its blocking: register

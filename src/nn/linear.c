@@ -74,15 +74,22 @@ void nn_linear_backward_in(const nn_ctx *ctx, const nn_linear *l, float *dinp, i
     }
     // a frozen weight or bias (requires_grad=False) has no gradient view: its product is skipped; a bf16
     // input is the A (Conv1D) or B (Linear) operand in bf16, the values the bf16 product rounds fp32 to
+    // (with a bf16 input and a bias gradient, one call takes both: the bias's sums ride on dout's packing)
     float *dw = l->weight->grad, bw = dw ? nn_grad_beta(l->weight) : 1.0f;  // bw 0: a fresh view is stored
-    if (dw && l->conv1d && inp.b16)  // dW (in, out) += inp^T dout
+    float *db = l->bias->grad;
+    int fused = dw && db && inp.b16;
+    if (fused && l->conv1d)          // dW (in, out) += inp^T dout
+        k->gemm_a16_dbias(st, l->in, l->out, N, inp.b16, l->in, dout, bw, dw, l->out, db);
+    else if (fused)                  // dW (out, in) += dout^T inp
+        k->gemm_b16_dbias(st, l->out, l->in, N, dout, inp.b16, l->in, bw, dw, l->in, db);
+    else if (dw && l->conv1d && inp.b16)
         k->gemm_a16(st, 1, 0, l->in, l->out, N, 1.0f, inp.b16, l->in, dout, l->out, bw, dw, l->out);
     else if (dw && l->conv1d)
         k->gemm(st, 1, 0, l->in, l->out, N, 1.0f, inp.f32, l->in, dout, l->out, bw, dw, l->out);
-    else if (dw && inp.b16)          // dW (out, in) += dout^T inp
+    else if (dw && inp.b16)
         k->gemm_b16(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.b16, l->in, bw, dw, l->in);
     else if (dw)
         k->gemm(st, 1, 0, l->out, l->in, N, 1.0f, dout, l->out, inp.f32, l->in, bw, dw, l->in);
-    if (l->bias->grad) k->bias_backward(st, l->bias->grad, dout, N, l->out);
+    if (db && !fused) k->bias_backward(st, db, dout, N, l->out);
     if (l->lora) nn_lora_backward(ctx, l->lora, dinp, dout, inp.f32, N);
 }

@@ -2,10 +2,12 @@
 // double-precision reference, for every transposition, edge sizes around the tile and block sizes,
 // leading dimensions larger than the width, and alpha/beta in {0, 1, other}.
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "device/device.h"
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "test.h"
 
@@ -211,6 +213,44 @@ static int a16_matches_f32(const char *path, int b16, int ta, int tb, int M, int
     return ok;
 }
 
+// The table's weight-and-bias entries (gemm_a16_dbias: Conv1D's layout, gemm_b16_dbias: Linear's) give
+// the bits of the separate calls, gemm_a16 / gemm_b16 and then bias_backward: the product unchanged and
+// the bias's sums in bias_backward's order, whether they ride on dout's packing (one thread) or are taken
+// after the product (a team of `threads`, the emulated path). dbias starts non-zero (it accumulates).
+static int dbias_matches_separate(const char *path, int conv1d, int threads, int M, int N, int K, float beta) {
+    const fsdp_kernels *k = fsdp_kernels_cpu_bf16();  // host buffers: the CPU table (its stream unused)
+    int width = conv1d ? M : N, C_out = conv1d ? N : M, ld = width + 3, ldc = N + 2;  // ld: the bf16 input's
+    size_t nx = (size_t)K * ld, nd = (size_t)K * C_out, nc = (size_t)M * ldc;
+    float *dout = malloc(sizeof(float) * nd), *x = malloc(sizeof(float) * nx);
+    float *C1 = malloc(sizeof(float) * nc), *C2 = malloc(sizeof(float) * nc);
+    float *db1 = malloc(sizeof(float) * C_out), *db2 = malloc(sizeof(float) * C_out);
+    fsdp_bf16 *xh = malloc(sizeof(fsdp_bf16) * nx);
+    for (size_t i = 0; i < nd; i++) dout[i] = value((long)i, 21) * (1.0f + (float)(i % 7) / 3.0f);
+    for (size_t i = 0; i < nx; i++) x[i] = value((long)i, 22);
+    for (size_t i = 0; i < nc; i++) C1[i] = C2[i] = value((long)i, 23);
+    for (int i = 0; i < C_out; i++) db1[i] = db2[i] = value(i, 24);
+    fsdp_f32_to_bf16_array(xh, x, nx);
+    cpu_gemm_bf16_select(path);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    if (conv1d) {
+        cpu_gemm_bf16_a16(1, 0, M, N, K, 1.0f, xh, ld, dout, N, beta, C1, ldc);
+        k->gemm_a16_dbias(NULL, M, N, K, xh, ld, dout, beta, C2, ldc, db2);
+    } else {
+        cpu_gemm_bf16_b16(1, 0, M, N, K, 1.0f, dout, M, xh, ld, beta, C1, ldc);
+        k->gemm_b16_dbias(NULL, M, N, K, dout, xh, ld, beta, C2, ldc, db2);
+    }
+    cpu_bias_backward(db1, dout, K, C_out);
+    omp_set_num_threads(saved);
+    cpu_gemm_bf16_select(NULL);
+    int ok = memcmp(C1, C2, sizeof(float) * nc) == 0 && memcmp(db1, db2, sizeof(float) * C_out) == 0;
+    if (!ok)
+        fprintf(stderr, "%s path %s threads %d M %d N %d K %d: differs from gemm + bias_backward\n",
+                conv1d ? "gemm_a16_dbias" : "gemm_b16_dbias", path ? path : "best", threads, M, N, K);
+    free(dout), free(x), free(C1), free(C2), free(db1), free(db2), free(xh);
+    return ok;
+}
+
 int main(void) {
     // M mod 14 (the fp32 kernel's panel rows) covers each of its row-count variants: 1-2, 3-4, 5-6, ... 13-14
     int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257}, {100, 17, 5},
@@ -272,6 +312,14 @@ int main(void) {
             for (int t = 0; t < 8; t++)
                 CHECK(a16_matches_f32(bf16_paths[p], t & 1, t >> 1 & 1, t >> 2 & 1, a16_sizes[s][0], a16_sizes[s][1],
                                       a16_sizes[s][2], (float)(s % 2)));
+    // tails in every dimension; K over 32 tiles; the last shape is big enough for a team of two
+    int dbias_sizes[][3] = {{1, 1, 1}, {15, 33, 17}, {40, 17, 100}, {64, 96, 520}, {200, 300, 70}};
+    for (int p = 0; p < 3; p++)
+        for (int s = 0; s < 5; s++)
+            for (int conv1d = 0; conv1d < 2; conv1d++)
+                for (int threads = 1; threads <= 2; threads++)
+                    CHECK(dbias_matches_separate(bf16_paths[p], conv1d, threads, dbias_sizes[s][0], dbias_sizes[s][1],
+                                                 dbias_sizes[s][2], (float)(s % 2)));
     printf("bf16 GEMM: %d cases (B in fp32 and in bf16) on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");

@@ -167,17 +167,24 @@ AMX_TARGET static void lines_along_k(__m512i r[16], const float *src, long ld, i
 
 // r[p] = pairs (k = 2p, 2p + 1) of 16 lines that run across k (src[k*ld + line]): element (p, l) holds
 // bf16(src[2p][l]) in its low half and bf16(src[2p+1][l]) in its high half. Zeros past n_lines/n_k.
-AMX_TARGET static void pairs_across_k(__m512i r[16], const float *src, long ld, int n_lines, int n_k, __m512 alpha) {
+// sums: NULL, or the lines' running sums (n_lines,): each line's fp32 values (times alpha) are added in
+// k order, one k at a time (a bias gradient summed as cpu_bias_backward sums it).
+AMX_TARGET static void pairs_across_k(__m512i r[16], const float *src, long ld, int n_lines, int n_k, __m512 alpha,
+                                      float *sums) {
     const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __m512 zero = _mm512_setzero_ps();
+    __m512 sum = sums ? _mm512_maskz_loadu_ps(lanes(n_lines), sums) : zero;
     for (int p = 0; p < 16; p++) {
         int k = 2 * p;
         __m512 even = k < n_k ? load16(src + (long)k * ld, n_lines, alpha) : zero;
         __m512 odd = k + 1 < n_k ? load16(src + (long)(k + 1) * ld, n_lines, alpha) : zero;
+        if (sums && k < n_k) sum = _mm512_add_ps(sum, even);
+        if (sums && k + 1 < n_k) sum = _mm512_add_ps(sum, odd);
         __m512i both = (__m512i)_mm512_cvtne2ps_pbh(odd, even);  // [even x16 | odd x16]
         r[p] = _mm512_permutexvar_epi16(interleave, both);
     }
+    if (sums) _mm512_mask_storeu_ps(sums, lanes(n_lines), sum);
 }
 
 static inline __mmask32 lanes32(int n) { return n >= 32 ? 0xffffffffu : n <= 0 ? 0 : (1u << n) - 1; }
@@ -210,23 +217,26 @@ AMX_TARGET static inline void store_tile(uint16_t *dst, const __m512i r[16]) {
 }
 
 // Packs 16-row group mi (rows m0..) and k-group kj of op(A) (element (m, k) = A[m*rs + k*cs]); A is fp32
-// (times alpha, then rounded) or bf16 (copied).
+// (times alpha, then rounded) or bf16 (copied). sums: NULL, or the rows' running sums over k (a k-major
+// fp32 A only).
 AMX_TARGET static void pack_a_tile(uint16_t *dst, const void *A, int a_bf16, long rs, long cs, int rows, int n_k,
-                                   __m512 alpha) {
+                                   __m512 alpha, float *sums) {
     __m512i r[16];
     if (cs == 1) {
         if (a_bf16) lines_along_k_bf16(r, A, rs, rows, n_k);
         else lines_along_k(r, A, rs, rows, n_k, alpha);
     } else {  // A stored k-major: pair rows of k, then transpose to rows of m
         if (a_bf16) pairs_across_k_bf16(r, A, cs, rows, n_k);
-        else pairs_across_k(r, A, cs, rows, n_k, alpha);
+        else pairs_across_k(r, A, cs, rows, n_k, alpha, sums);
         avx512_transpose16x16(r);
     }
     store_tile(dst, r);
 }
 
 // Packs 16-column group and k-group of op(B) (element (k, n) = B[k*rs + n*cs]); B is fp32 or bf16.
-AMX_TARGET static void pack_b_tile(uint16_t *dst, const void *B, int b_bf16, long rs, long cs, int cols, int n_k) {
+// sums: NULL, or the columns' running sums over k (a k-major fp32 B only).
+AMX_TARGET static void pack_b_tile(uint16_t *dst, const void *B, int b_bf16, long rs, long cs, int cols, int n_k,
+                                   float *sums) {
     __m512i r[16];
     __m512 one = _mm512_set1_ps(1.0f);
     if (rs == 1) {  // B stored n-major (trans_b): each column's k run is contiguous
@@ -236,7 +246,7 @@ AMX_TARGET static void pack_b_tile(uint16_t *dst, const void *B, int b_bf16, lon
     } else if (b_bf16) {
         pairs_across_k_bf16(r, B, rs, cols, n_k);
     } else {
-        pairs_across_k(r, B, rs, cols, n_k, one);
+        pairs_across_k(r, B, rs, cols, n_k, one, sums);
     }
     store_tile(dst, r);
 }
@@ -342,6 +352,10 @@ typedef struct {
     // rows, op(B)'s columns under trans_b), else a band of 32 source lines at a time across all of its
     // groups, so reads run along whole lines instead of down 64-byte strips of every line.
     int k_runs_a, k_runs_b;
+    // NULL, or running sums over k of op(A)'s rows (a_sums, (M,)) or op(B)'s columns (b_sums, (N,)),
+    // added while the tiles are packed (one-thread products of a k-major fp32 operand only: the tiles
+    // of a line are then packed in k order)
+    float *a_sums, *b_sums;
 } bf16_product;
 
 // B tile number t in packing order
@@ -349,7 +363,7 @@ AMX_TARGET static void product_pack_b(const bf16_product *p, int t) {
     int nj = p->k_runs_b ? t / p->KT : t % p->NT, kj = p->k_runs_b ? t % p->KT : t / p->NT;
     const char *src = p->B + ((long)kj * 32 * p->rs_b + (long)nj * 16 * p->cs_b) * (long)p->b_esize;
     pack_b_tile(p->b_pack + ((size_t)nj * p->KT + kj) * TILE_ELEMS, src, p->b_bf16, p->rs_b, p->cs_b, p->N - nj * 16,
-                p->K - kj * 32);
+                p->K - kj * 32, p->b_sums ? p->b_sums + nj * 16 : NULL);
 }
 
 // A tile number t in packing order, of the block of 2 * mbn groups from 32-row block mb0
@@ -358,7 +372,7 @@ AMX_TARGET static void product_pack_a(const bf16_product *p, int mb0, int mbn, i
     int mi = 2 * mb0 + g;
     const char *src = p->A + ((long)mi * 16 * p->rs_a + (long)kj * 32 * p->cs_a) * (long)p->a_esize;
     pack_a_tile(p->a_pack + ((size_t)g * KT + kj) * TILE_ELEMS, src, p->a_bf16, p->rs_a, p->cs_a, p->M - mi * 16,
-                p->K - kj * 32, p->alpha);
+                p->K - kj * 32, p->alpha, p->a_sums ? p->a_sums + mi * 16 : NULL);
 }
 
 // The 32x32 block (mb, nb) of C, from the A block that starts at 32-row block mb0
@@ -376,16 +390,19 @@ AMX_TARGET static void product_block(const bf16_product *p, int mb0, int mb, int
 // packed A block is still in L2 when the micro-kernels read it.
 AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
                                         const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb,
-                                        float beta, float *C, int ldc, int nthreads) {
+                                        float beta, float *C, int ldc, int nthreads, float *a_sums,
+                                        float *b_sums) {
     bf16_product p = {.use_amx = use_amx, .M = M, .N = N, .K = K, .MT = (M + 31) / 32 * 2, .NT = (N + 31) / 32 * 2,
                       .KT = (K + 31) / 32, .A = A, .B = B, .rs_a = trans_a ? 1 : lda, .cs_a = trans_a ? lda : 1,
                       .rs_b = trans_b ? 1 : ldb, .cs_b = trans_b ? ldb : 1, .a_bf16 = a_bf16, .b_bf16 = b_bf16,
                       .a_esize = a_bf16 ? sizeof(fsdp_bf16) : sizeof(float),
                       .b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float), .C = C, .ldc = ldc,
-                      .accumulate = beta != 0.0f, .alpha = _mm512_set1_ps(alpha)};
+                      .accumulate = beta != 0.0f, .alpha = _mm512_set1_ps(alpha), .a_sums = a_sums,
+                      .b_sums = b_sums};
     p.k_runs_a = p.cs_a == 1;
     p.k_runs_b = p.rs_b == 1;
     int team = nthreads > 1, KT = p.KT;
+    FSDP_ASSERT(!team || (!a_sums && !b_sums));  // a team packs a line's tiles on several threads
     int chunk_groups = p.MT < MC_ROWS / 16 ? p.MT : MC_ROWS / 16;  // 16-row groups of A packed at a time
     p.a_pack = grow(team ? &team_a : &thread_a, sizeof(uint16_t) * TILE_ELEMS * (size_t)chunk_groups * KT);
     p.b_pack = grow(team ? &team_b : &thread_b, sizeof(uint16_t) * TILE_ELEMS * (size_t)p.NT * KT);
@@ -425,41 +442,77 @@ AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, i
     }
 }
 
+static _Thread_local scratch thread_sums;
+
+// Running sums over k of a k-major fp32 operand, fused into its packing; `lines` padded to 16
+static float *fresh_sums(int lines) {
+    int padded = (lines + 15) / 16 * 16;
+    float *acc = grow(&thread_sums, sizeof(float) * (size_t)padded);
+    memset(acc, 0, sizeof(float) * (size_t)padded);
+    return acc;
+}
+
+// a_sums (M,) / b_sums (N,): NULL, or += the sums over k of op(A)'s rows / op(B)'s columns, an fp32
+// operand stored k-major and dense (lda == M with trans_a / ldb == N without trans_b), alpha 1. Each
+// line is summed in k order from zero and then added, as cpu_bias_backward sums: the same bits whether
+// the sums are fused into the packing (one-thread packed products) or taken after the product.
 static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int a_bf16,
-                          int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc) {
-    if (M <= 0 || N <= 0) return;
+                          int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc, float *a_sums,
+                          float *b_sums) {
+    FSDP_ASSERT(!a_sums || (trans_a && lda == M && !a_bf16 && alpha == 1.0f));
+    FSDP_ASSERT(!b_sums || (!trans_b && ldb == N && !b_bf16));
     FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
-    if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
-        cpu_scale_rows(C, ldc, 0, M, N, beta);
-        return;
-    }
-    if (bf16_path == PATH_EMULATE) {
-        gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc);
-        return;
-    }
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
-    gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C,
-                     ldc, flops < 4e6 ? 1 : nthreads);
+    if (flops < 4e6) nthreads = 1;
+    int packed = bf16_path != PATH_EMULATE && M > 0 && N > 0 && K > 0 && alpha != 0.0f;
+    // fused: one thread packs each line's tiles in k order, and the operand takes the k-major packing
+    // (one scratch: with both requested, B's sums are taken after the product)
+    float *a_acc = a_sums && packed && nthreads == 1 && lda != 1 ? fresh_sums(M) : NULL;
+    float *b_acc = b_sums && !a_acc && packed && nthreads == 1 && ldb != 1 ? fresh_sums(N) : NULL;
+    if (M > 0 && N > 0) {
+        if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
+            cpu_scale_rows(C, ldc, 0, M, N, beta);
+        } else if (bf16_path == PATH_EMULATE) {
+            gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc);
+        } else {
+            gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb,
+                             beta, C, ldc, nthreads, a_acc, b_acc);
+        }
+    }
+    for (int m = 0; a_acc && m < M; m++) a_sums[m] += a_acc[m];
+    for (int n = 0; b_acc && n < N; n++) b_sums[n] += b_acc[n];
+    if (a_sums && !a_acc && K > 0) cpu_bias_backward(a_sums, A, K, M);
+    if (b_sums && !b_acc && K > 0) cpu_bias_backward(b_sums, B, K, N);
 }
 
 void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc, NULL, NULL);
 }
 
 void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                        const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc, NULL, NULL);
 }
 
 void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc, NULL, NULL);
 }
 
 void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                            const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc, NULL, NULL);
+}
+
+void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
+                             int ldc, float *dbias) {
+    gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 0, M, B, 1, ldb, beta, C, ldc, dbias, NULL);
+}
+
+void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
+                             int ldc, float *dbias) {
+    gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 1, lda, B, 0, N, beta, C, ldc, NULL, dbias);
 }
