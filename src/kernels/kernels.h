@@ -68,11 +68,12 @@ typedef struct fsdp_kernels {
                          const fsdp_bf16 *A, int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 
     // A weight gradient and its bias's gradient in one call, from an input kept in bf16 and the output's
-    // gradient dout (K, C) fp32, dense. gemm_b16_dbias (Linear's layout): C (M, N) = dout^T @ B + beta * C
-    // with C = M, B (K, N) bf16 with leading dimension ldb; dbias (M,) += the column sums of dout.
-    // gemm_a16_dbias (Conv1D's layout): C (M, N) = A^T @ dout + beta * C with C = N, A (K, M) bf16 with
-    // leading dimension lda; dbias (N,) += the column sums of dout. The products are gemm_b16's and
-    // gemm_a16's; the sums are bias_backward's, bit for bit (the CPU sums while it packs dout).
+    // gradient dout in fp32 (dense: K rows, one per token). gemm_b16_dbias (Linear's layout):
+    // C (M, N) = dout^T @ B + beta * C with dout (K, M), B (K, N) bf16 with leading dimension ldb, and
+    // dbias (M,) += the column sums of dout. gemm_a16_dbias (Conv1D's layout): C (M, N) = A^T @ dout +
+    // beta * C with A (K, M) bf16 with leading dimension lda, dout (K, N), and dbias (N,) += the column
+    // sums of dout. The products are gemm_b16's and gemm_a16's; the sums are bias_backward's, bit for bit
+    // (the CPU sums while it packs dout).
     void (*gemm_b16_dbias)(fsdp_stream *st, int M, int N, int K, const float *dout, const fsdp_bf16 *B, int ldb,
                            float beta, float *C, int ldc, float *dbias);
     void (*gemm_a16_dbias)(fsdp_stream *st, int M, int N, int K, const fsdp_bf16 *A, int lda, const float *dout,
