@@ -172,34 +172,33 @@ AMX_TARGET static void lines_along_k(__m512i r[16], const float *src, long ld, i
 // r[p] = pairs (k = 2p, 2p + 1) of 16 lines that run across k (src[k*ld + line]): element (p, l) holds
 // bf16(src[2p][l]) in its low half and bf16(src[2p+1][l]) in its high half. Zeros past n_lines/n_k.
 // sums: NULL, or the lines' running sums (n_lines,): each line's fp32 values (times alpha) are added in
-// k order, one k at a time (a bias gradient summed as cpu_bias_backward sums it). Inlined with
-// `summing` a constant, so the plain packing carries no test of it.
-__attribute__((always_inline)) AMX_TARGET static inline void pairs_across_k_any(__m512i r[16], const float *src,
-                                                                                long ld, int n_lines, int n_k,
-                                                                                __m512 alpha, float *sums,
-                                                                                const int summing) {
+// k order, one k at a time (a bias gradient summed as cpu_bias_backward sums it). Always inlined, into
+// pairs_across_k's two calls, so the packing without sums carries no test of them.
+__attribute__((always_inline)) AMX_TARGET static inline void pairs_across_k_inline(__m512i r[16], const float *src,
+                                                                                   long ld, int n_lines, int n_k,
+                                                                                   __m512 alpha, float *sums) {
     const __m512i interleave = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8, 23, 7,
                                                 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     __m512 zero = _mm512_setzero_ps();
-    __m512 sum = summing ? _mm512_maskz_loadu_ps(lanes(n_lines), sums) : zero;
+    __m512 sum = sums ? _mm512_maskz_loadu_ps(lanes(n_lines), sums) : zero;
     for (int p = 0; p < 16; p++) {
         int k = 2 * p;
         _mm_prefetch((const char *)(src + (long)k * ld + PREFETCH_AHEAD), _MM_HINT_T0);
         _mm_prefetch((const char *)(src + (long)(k + 1) * ld + PREFETCH_AHEAD), _MM_HINT_T0);
         __m512 even = k < n_k ? load16(src + (long)k * ld, n_lines, alpha) : zero;
         __m512 odd = k + 1 < n_k ? load16(src + (long)(k + 1) * ld, n_lines, alpha) : zero;
-        if (summing && k < n_k) sum = _mm512_add_ps(sum, even);
-        if (summing && k + 1 < n_k) sum = _mm512_add_ps(sum, odd);
+        if (sums && k < n_k) sum = _mm512_add_ps(sum, even);
+        if (sums && k + 1 < n_k) sum = _mm512_add_ps(sum, odd);
         __m512i both = (__m512i)_mm512_cvtne2ps_pbh(odd, even);  // [even x16 | odd x16]
         r[p] = _mm512_permutexvar_epi16(interleave, both);
     }
-    if (summing) _mm512_mask_storeu_ps(sums, lanes(n_lines), sum);
+    if (sums) _mm512_mask_storeu_ps(sums, lanes(n_lines), sum);
 }
 
 AMX_TARGET static void pairs_across_k(__m512i r[16], const float *src, long ld, int n_lines, int n_k, __m512 alpha,
                                       float *sums) {
-    if (sums) pairs_across_k_any(r, src, ld, n_lines, n_k, alpha, sums, 1);
-    else pairs_across_k_any(r, src, ld, n_lines, n_k, alpha, NULL, 0);
+    if (sums) pairs_across_k_inline(r, src, ld, n_lines, n_k, alpha, sums);
+    else pairs_across_k_inline(r, src, ld, n_lines, n_k, alpha, NULL);
 }
 
 static inline __mmask32 lanes32(int n) { return n >= 32 ? 0xffffffffu : n <= 0 ? 0 : (1u << n) - 1; }
@@ -467,15 +466,16 @@ static float *fresh_sums(int lines) {
     return acc;
 }
 
-// a_sums (M,) / b_sums (N,): NULL, or += the sums over k of op(A)'s rows / op(B)'s columns, an fp32
-// operand stored k-major and dense (lda == M with trans_a / ldb == N without trans_b), alpha 1. Each
-// line is summed in k order from zero and then added, as cpu_bias_backward sums: the same bits whether
-// the sums are fused into the packing (one-thread packed products) or taken after the product.
+// a_sums (M,) / b_sums (N,): NULL, or (at most one of them) += the sums over k of op(A)'s rows / op(B)'s
+// columns, an fp32 operand stored k-major and dense (lda == M with trans_a / ldb == N without trans_b),
+// alpha 1. Each line is summed in k order from zero and then added, as cpu_bias_backward sums: the same
+// bits whether the sums are fused into the packing (one-thread packed products) or taken after the product.
 static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int a_bf16,
                           int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc, float *a_sums,
                           float *b_sums) {
     FSDP_ASSERT(!a_sums || (trans_a && lda == M && !a_bf16 && alpha == 1.0f));
     FSDP_ASSERT(!b_sums || (!trans_b && ldb == N && !b_bf16));
+    FSDP_ASSERT(!a_sums || !b_sums);  // one dout per product
     FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -483,9 +483,8 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
     if (flops < 4e6) nthreads = 1;
     int packed = bf16_path != PATH_EMULATE && M > 0 && N > 0 && K > 0 && alpha != 0.0f;
     // fused: one thread packs each line's tiles in k order, and the operand takes the k-major packing
-    // (one scratch: with both requested, B's sums are taken after the product)
     float *a_acc = a_sums && packed && nthreads == 1 && lda != 1 ? fresh_sums(M) : NULL;
-    float *b_acc = b_sums && !a_acc && packed && nthreads == 1 && ldb != 1 ? fresh_sums(N) : NULL;
+    float *b_acc = b_sums && packed && nthreads == 1 && ldb != 1 ? fresh_sums(N) : NULL;
     if (M > 0 && N > 0) {
         if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
             cpu_scale_rows(C, ldc, 0, M, N, beta);
