@@ -7,7 +7,9 @@
 // probability (i, j) of pair bh is kept iff uniform(rng, bh*T*T + i*T + j) >= p.
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/rng.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -131,6 +133,35 @@ static void check_case(int B, int T, int C, int H, int causal, int batch_first, 
     free(r.out), free(r.lse), free(r.dqkv);
 }
 
+// The bf16 attention on tiles packed once per head and query block against the same attention through
+// cpu_gemm_bf16 per block (which packs on every call): the same tiles, so the same bits.
+static void check_tiles_match(int B, int T, int C, int H, int causal, int batch_first, float p) {
+    fsdp_attention_dims d = {B, T, C, H, batch_first ? T : 1, batch_first ? 1 : B, causal, p, {2024, 99}};
+    size_t rows = (size_t)B * T, n3 = rows * 3 * C, n1 = rows * C, ns = (size_t)B * H * T;
+    float *qkv = malloc(sizeof(float) * n3), *dout = malloc(sizeof(float) * n1);
+    float *out[2], *stats[2], *dqkv[2];
+    fsdp_rng_uniform_range((fsdp_rng){5, 8}, 0, qkv, n3, -2.5f, 2.5f);
+    fsdp_rng_uniform_range((fsdp_rng){5, 9}, 0, dout, n1, -1.0f, 1.0f);
+    for (int tiles = 0; tiles <= 1; tiles++) {
+        out[tiles] = malloc(sizeof(float) * n1), stats[tiles] = malloc(sizeof(float) * ns);
+        dqkv[tiles] = malloc(sizeof(float) * n3);
+        cpu_attention_bf16_use_tiles(tiles);
+        cpu_attention_forward_bf16(out[tiles], stats[tiles], qkv, &d);
+        cpu_attention_backward_bf16(dqkv[tiles], dout, qkv, out[tiles], stats[tiles], &d);
+    }
+    cpu_attention_bf16_use_tiles(1);
+    int finite = 1;
+    for (size_t i = 0; i < n3; i++) finite &= isfinite(dqkv[1][i]) && (i >= n1 || isfinite(out[1][i]));
+    printf("bf16 tiles vs per-call products B%d T%d C%d H%d %s p=%.1f: %s\n", B, T, C, H, causal ? "causal" : "full", p,
+           memcmp(out[0], out[1], sizeof(float) * n1) || memcmp(dqkv[0], dqkv[1], sizeof(float) * n3) ? "differ" : "same bits");
+    CHECK(finite);
+    CHECK(memcmp(out[0], out[1], sizeof(float) * n1) == 0);
+    CHECK(memcmp(stats[0], stats[1], sizeof(float) * ns) == 0);
+    CHECK(memcmp(dqkv[0], dqkv[1], sizeof(float) * n3) == 0);
+    for (int t = 0; t <= 1; t++) free(out[t]), free(stats[t]), free(dqkv[t]);
+    free(qkv), free(dout);
+}
+
 int main(void) {
     for (int bf16 = 0; bf16 <= 1; bf16++) {
         check_case(2, 5, 16, 2, 1, 0, 0.0f, bf16);     // tiny, seq-first, causal
@@ -138,6 +169,15 @@ int main(void) {
         check_case(1, 300, 64, 2, 1, 1, 0.1f, bf16);   // 5 query blocks, 2 key blocks, causal
         check_case(2, 520, 32, 1, 0, 0, 0.2f, bf16);   // 3 key blocks, full rows, seq-first
         check_case(1, 257, 32, 2, 0, 1, 0.0f, bf16);   // a 1-column last key block
+    }
+    if (cpu_bf16_tiles_available()) {
+        check_tiles_match(2, 5, 16, 2, 1, 0, 0.0f);    // tiny, seq-first (rows B apart), hd 8
+        check_tiles_match(1, 300, 128, 2, 1, 1, 0.1f); // hd 64, 5 query blocks, 2 key blocks, dropout
+        check_tiles_match(2, 520, 96, 2, 0, 0, 0.0f);  // hd 48, 3 key blocks (the last 8 keys), seq-first
+        check_tiles_match(1, 257, 64, 1, 1, 1, 0.2f);  // hd 64, a 1-row last query block
+        check_tiles_match(2, 256, 512, 8, 1, 1, 0.0f); // the GPT bench model's heads
+    } else {
+        printf("bf16 tiles: not on this CPU (emulated bf16 products); their comparison skipped\n");
     }
     TEST_MAIN_END();
 }

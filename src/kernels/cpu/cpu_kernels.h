@@ -23,6 +23,26 @@ void cpu_attention_backward(float *dqkv, const float *dout, const float *qkv, co
 void cpu_attention_forward_bf16(float *out, float *stats, const float *qkv, const fsdp_attention_dims *d);
 void cpu_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *out,
                                  const float *stats, const fsdp_attention_dims *d);
+// 1 (the default): under the AMX and VDPBF16PS paths the bf16 attention packs each head's keys and
+// values into bf16 tiles once (cpu_bf16_tiles_*); 0: through cpu_gemm_bf16 per block, which packs its
+// operands on every call (the same bits; tests compare the two)
+void cpu_attention_bf16_use_tiles(int on);
+
+// bf16 operands packed once and multiplied many times (gemm_bf16.c; not on the emulated path, where
+// cpu_bf16_tiles_available() is 0). op(A) (M, K) with element (m, k) at A[m*rs + k*cs], fp32, times
+// alpha, rounded to bf16, is packed as tiles of 16 rows x 32 k: tile (mi, kj) at dst + (mi * KT + kj) *
+// 512, KT = ceil(K / 32), mi < 2 ceil(M / 32) (zeros past M and K). op(B) (K, N), element (k, n) at
+// B[k*rs + n*cs], likewise with 16 columns per group. Either takes cpu_bf16_tiles_elems(M or N, K)
+// uint16 values, 64-byte aligned.
+int cpu_bf16_tiles_available(void);
+size_t cpu_bf16_tiles_elems(int lines, int K);
+void cpu_bf16_tiles_pack_a(uint16_t *dst, const float *A, long rs, long cs, int M, int K, float alpha);
+void cpu_bf16_tiles_pack_b(uint16_t *dst, const float *B, long rs, long cs, int N, int K);
+// C (M, N, leading dimension ldc) = (accumulate: C +) the product over KT k-groups of packed A (a: its
+// first tile; a_kt tiles from one row group to the next) and packed B (b, b_kt likewise); a and b may
+// start inside a packing (at a later k-group or column group). The same sums as cpu_gemm_bf16.
+void cpu_bf16_tiles_product(const uint16_t *a, int a_kt, const uint16_t *b, int b_kt, int KT, int M, int N,
+                            float *C, int ldc, int accumulate);
 void cpu_relu_forward(float *out, const float *inp, size_t n);
 void cpu_relu_backward(float *dinp, const float *dout, const float *out, size_t n);
 void cpu_gelu_forward(float *out, const float *inp, size_t n, int tanh_approx);

@@ -266,10 +266,11 @@ AMX_TARGET static void pack_b_tile(uint16_t *dst, const void *B, int b_bf16, lon
 }
 
 // C block (32 x 32 at c, leading dimension ldc; m x n valid) += or = the product of packed A tiles
-// (ai, ai + KT) and B tiles (bj, bj + KT) over KT k-groups.
-AMX_TARGET static void micro_kernel(const uint16_t *ap, const uint16_t *bp, int KT, float *c, int ldc, int m, int n,
-                                    int accumulate) {
-    const uint16_t *a1 = ap + (size_t)KT * TILE_ELEMS, *b1 = bp + (size_t)KT * TILE_ELEMS;
+// (ap, ap + a_kt tiles: two 16-row groups) and B tiles (bp, bp + b_kt tiles: two 16-column groups) over KT
+// k-groups. a_kt, b_kt: the tiles between an operand's groups (its k-groups as packed, >= KT).
+AMX_TARGET static void micro_kernel(const uint16_t *ap, int a_kt, const uint16_t *bp, int b_kt, int KT, float *c,
+                                    int ldc, int m, int n, int accumulate) {
+    const uint16_t *a1 = ap + (size_t)a_kt * TILE_ELEMS, *b1 = bp + (size_t)b_kt * TILE_ELEMS;
     int full = m == 32 && n == 32;
     float tmp[32 * 32] __attribute__((aligned(64)));
     if (full && accumulate) {
@@ -311,15 +312,15 @@ AMX_TARGET static void micro_kernel(const uint16_t *ap, const uint16_t *bp, int 
 // The same 32x32 block with VDPBF16PS: eight rows at a time, each row's two 16-column halves in two
 // accumulators (16 of the 32 vector registers); B's pair rows are loaded once per eight rows and A's
 // pairs are broadcast from the packed A tile (row r, pair p at a 32-bit offset r * 16 + p).
-AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, const uint16_t *bp, int KT, float *c, int ldc,
-                                               int m, int n, int accumulate) {
-    const uint16_t *b1 = bp + (size_t)KT * TILE_ELEMS;
+AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, int a_kt, const uint16_t *bp, int b_kt, int KT,
+                                               float *c, int ldc, int m, int n, int accumulate) {
+    const uint16_t *b1 = bp + (size_t)b_kt * TILE_ELEMS;
     for (int r = 0; r < m; r++) {  // C's lines are fetched while the first rows compute, not when stored
         _mm_prefetch((const char *)(c + (long)r * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + (long)r * ldc + 16), _MM_HINT_T0);
     }
     for (int r0 = 0; r0 < m; r0 += 8) {
-        const uint16_t *a_tile = ap + (size_t)(r0 / 16) * KT * TILE_ELEMS;  // the 16-row group of rows r0..
+        const uint16_t *a_tile = ap + (size_t)(r0 / 16) * a_kt * TILE_ELEMS;  // the 16-row group of rows r0..
         int rl = r0 % 16, rows = m - r0 < 8 ? m - r0 : 8;
         __m512 acc[8][2];
         for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
@@ -395,8 +396,8 @@ AMX_TARGET static void product_block(const bf16_product *p, int mb0, int mb, int
     const uint16_t *ap = p->a_pack + (size_t)(mb - mb0) * 2 * p->KT * TILE_ELEMS;
     const uint16_t *bp = p->b_pack + (size_t)nb * 2 * p->KT * TILE_ELEMS;
     float *cb = p->C + (long)mb * 32 * p->ldc + nb * 32;
-    if (p->use_amx) micro_kernel(ap, bp, p->KT, cb, p->ldc, m, n, p->accumulate);
-    else micro_kernel_avx512bf16(ap, bp, p->KT, cb, p->ldc, m, n, p->accumulate);
+    if (p->use_amx) micro_kernel(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, p->accumulate);
+    else micro_kernel_avx512bf16(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, p->accumulate);
 }
 
 // Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
@@ -529,4 +530,46 @@ void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf1
 void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
                              int ldc, float *dbias) {
     gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 1, lda, B, 0, N, beta, C, ldc, NULL, dbias);
+}
+
+// ---- packed operands kept across products (attention: a head's keys and values) ------------------
+
+int cpu_bf16_tiles_available(void) {
+    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    return bf16_path != PATH_EMULATE;
+}
+
+size_t cpu_bf16_tiles_elems(int lines, int K) { return (size_t)((lines + 31) / 32 * 32) * (size_t)((K + 31) / 32 * 32); }
+
+AMX_TARGET void cpu_bf16_tiles_pack_a(uint16_t *dst, const float *A, long rs, long cs, int M, int K, float alpha) {
+    int KT = (K + 31) / 32, MT = (M + 31) / 32 * 2;
+    __m512 a = _mm512_set1_ps(alpha);
+    for (int mi = 0; mi < MT; mi++)
+        for (int kj = 0; kj < KT; kj++)
+            pack_a_tile(dst + ((size_t)mi * KT + kj) * TILE_ELEMS, A + (long)mi * 16 * rs + (long)kj * 32 * cs, 0, rs, cs,
+                        M - mi * 16, K - kj * 32, a, NULL);
+}
+
+AMX_TARGET void cpu_bf16_tiles_pack_b(uint16_t *dst, const float *B, long rs, long cs, int N, int K) {
+    int KT = (K + 31) / 32, NT = (N + 31) / 32 * 2;
+    for (int nj = 0; nj < NT; nj++)
+        for (int kj = 0; kj < KT; kj++)
+            pack_b_tile(dst + ((size_t)nj * KT + kj) * TILE_ELEMS, B + (long)kj * 32 * rs + (long)nj * 16 * cs, 0, rs, cs,
+                        N - nj * 16, K - kj * 32, NULL);
+}
+
+AMX_TARGET void cpu_bf16_tiles_product(const uint16_t *a, int a_kt, const uint16_t *b, int b_kt, int KT, int M, int N,
+                                       float *C, int ldc, int accumulate) {
+    FSDP_ASSERT(bf16_path != PATH_EMULATE && KT <= a_kt && KT <= b_kt);
+    int use_amx = bf16_path == PATH_AMX;
+    if (use_amx) configure_tiles();
+    for (int nb = 0; nb * 32 < N; nb++)
+        for (int mb = 0; mb * 32 < M; mb++) {
+            int m = M - mb * 32 < 32 ? M - mb * 32 : 32, n = N - nb * 32 < 32 ? N - nb * 32 : 32;
+            const uint16_t *ap = a + (size_t)mb * 2 * a_kt * TILE_ELEMS, *bp = b + (size_t)nb * 2 * b_kt * TILE_ELEMS;
+            float *cb = C + (long)mb * 32 * ldc + nb * 32;
+            if (use_amx) micro_kernel(ap, a_kt, bp, b_kt, KT, cb, ldc, m, n, accumulate);
+            else micro_kernel_avx512bf16(ap, a_kt, bp, b_kt, KT, cb, ldc, m, n, accumulate);
+        }
+    if (use_amx) _tile_release();
 }
