@@ -72,11 +72,6 @@ static size_t head_offset(const fsdp_attention_dims *d, int b, size_t rowlen, si
     return (size_t)b * (size_t)d->stride_b * rowlen + col;
 }
 
-// zeroes hd floats of each of the T rows at p (leading dimension ld)
-static void zero_rows(float *p, long ld, int T, int hd) {
-    for (int t = 0; t < T; t++) memset(p + (long)t * ld, 0, sizeof(float) * (size_t)hd);
-}
-
 // keys of block [j0, j0 + bc) that query row i sees
 static int visible(const fsdp_attention_dims *d, int i, int j0, int bc) {
     if (!d->causal) return bc;
@@ -183,27 +178,41 @@ static void product_scores(head_products *hp, int i0, int br, int j0, int bc, fl
     cpu_bf16_tiles_product(hp->q_a, hp->kt_hd, from_column(hp, hp->k_t, j0), hp->kt_hd, hp->kt_hd, br, bc, s, bc, 0);
 }
 
-// o (br, hd, leading dimension ldo) += p (br, bc) v_j
-static void product_pv(head_products *hp, int br, int j0, int bc, const float *p, float *o) {
+// o (br, hd, leading dimension ldo) = (accumulate: o +) p (br, bc) v_j
+static void product_pv(head_products *hp, int br, int j0, int bc, const float *p, float *o, int accumulate) {
     if (hp->gemm) {
-        hp->gemm(0, 0, br, hp->hd, bc, 1.0f, p, bc, hp->v + j0 * hp->ldq, (int)hp->ldq, 1.0f, o, (int)hp->ldo);
+        hp->gemm(0, 0, br, hp->hd, bc, 1.0f, p, bc, hp->v + j0 * hp->ldq, (int)hp->ldq, accumulate ? 1.0f : 0.0f, o,
+                 (int)hp->ldo);
         return;
     }
     int kt = (bc + 31) / 32;
     cpu_bf16_tiles_pack_a(hp->p_a, p, bc, 1, br, bc, 1.0f);
-    cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->v_k, j0), hp->kt_t, kt, br, hp->hd, o, (int)hp->ldo, 1);
+    cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->v_k, j0), hp->kt_t, kt, br, hp->hd, o, (int)hp->ldo, accumulate);
 }
 
-// dv_j += p^T dO_i
-static void product_dv(head_products *hp, int i0, int br, int j0, int bc, const float *p) {
-    float *dv = hp->dv + j0 * hp->ldq;
+// c (M = bc, hd, leading dimension ldq): rows < seen += alpha x^T y, rows from seen on = alpha x^T y, for x
+// (br, bc) and y (br, hd, leading dimension ldy); on tiles, x^T is packed into p_a and y is y_b. dV and dK:
+// a key block's rows from `seen` on are written for the first time (seen: a multiple of 32).
+static void product_key_rows(head_products *hp, int br, int bc, float alpha, const float *x, const float *y, long ldy,
+                             const uint16_t *y_b, float *c, int seen) {
     if (hp->gemm) {
-        hp->gemm(1, 0, bc, hp->hd, br, 1.0f, p, bc, hp->dO + i0 * hp->ldo, (int)hp->ldo, 1.0f, dv, (int)hp->ldq);
+        if (seen > 0) hp->gemm(1, 0, seen, hp->hd, br, alpha, x, bc, y, (int)ldy, 1.0f, c, (int)hp->ldq);
+        if (seen < bc)
+            hp->gemm(1, 0, bc - seen, hp->hd, br, alpha, x + seen, bc, y, (int)ldy, 0.0f, c + seen * hp->ldq,
+                     (int)hp->ldq);
         return;
     }
     int kt = (br + 31) / 32;
-    cpu_bf16_tiles_pack_a(hp->p_a, p, 1, bc, bc, br, 1.0f);
-    cpu_bf16_tiles_product(hp->p_a, kt, hp->do_b, kt, kt, bc, hp->hd, dv, (int)hp->ldq, 1);
+    cpu_bf16_tiles_pack_a(hp->p_a, x, 1, bc, bc, br, alpha);
+    if (seen > 0) cpu_bf16_tiles_product(hp->p_a, kt, y_b, kt, kt, seen, hp->hd, c, (int)hp->ldq, 1);
+    if (seen < bc)
+        cpu_bf16_tiles_product(hp->p_a + (size_t)(seen / 16) * kt * 512, kt, y_b, kt, kt, bc - seen, hp->hd,
+                               c + seen * hp->ldq, (int)hp->ldq, 0);
+}
+
+// dv_j (+)= p^T dO_i (rows from `seen` on: =)
+static void product_dv(head_products *hp, int i0, int br, int j0, int bc, const float *p, int seen) {
+    product_key_rows(hp, br, bc, 1.0f, p, hp->dO + i0 * hp->ldo, hp->ldo, hp->do_b, hp->dv + j0 * hp->ldq, seen);
 }
 
 // dp (br, bc) = dO_i v_j^T
@@ -216,19 +225,19 @@ static void product_dp(head_products *hp, int i0, int br, int j0, int bc, float 
     cpu_bf16_tiles_product(hp->do_a, hp->kt_hd, from_column(hp, hp->v_t, j0), hp->kt_hd, hp->kt_hd, br, bc, dp, bc, 0);
 }
 
-// dq_i += scale ds k_j;  dk_j += scale ds^T q_i (ds: (br, bc))
-static void product_dq_dk(head_products *hp, int i0, int br, int j0, int bc, const float *ds) {
-    float *dq = hp->dq + i0 * hp->ldq, *dk = hp->dk + j0 * hp->ldq;
+// dq_i (+)= scale ds k_j (the first key block: =);  dk_j (+)= scale ds^T q_i (rows from `seen` on: =)
+static void product_dq_dk(head_products *hp, int i0, int br, int j0, int bc, const float *ds, int seen) {
+    float *dq = hp->dq + i0 * hp->ldq;
+    int accumulate = j0 > 0;
     if (hp->gemm) {
-        hp->gemm(0, 0, br, hp->hd, bc, hp->scale, ds, bc, hp->k + j0 * hp->ldq, (int)hp->ldq, 1.0f, dq, (int)hp->ldq);
-        hp->gemm(1, 0, bc, hp->hd, br, hp->scale, ds, bc, hp->q + i0 * hp->ldq, (int)hp->ldq, 1.0f, dk, (int)hp->ldq);
-        return;
+        hp->gemm(0, 0, br, hp->hd, bc, hp->scale, ds, bc, hp->k + j0 * hp->ldq, (int)hp->ldq, accumulate ? 1.0f : 0.0f,
+                 dq, (int)hp->ldq);
+    } else {
+        int kt = (bc + 31) / 32;
+        cpu_bf16_tiles_pack_a(hp->p_a, ds, bc, 1, br, bc, hp->scale);
+        cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->k_k, j0), hp->kt_t, kt, br, hp->hd, dq, (int)hp->ldq, accumulate);
     }
-    int kt_c = (bc + 31) / 32, kt_r = (br + 31) / 32;
-    cpu_bf16_tiles_pack_a(hp->p_a, ds, bc, 1, br, bc, hp->scale);
-    cpu_bf16_tiles_product(hp->p_a, kt_c, from_k(hp->k_k, j0), hp->kt_t, kt_c, br, hp->hd, dq, (int)hp->ldq, 1);
-    cpu_bf16_tiles_pack_a(hp->p_a, ds, 1, bc, bc, br, hp->scale);
-    cpu_bf16_tiles_product(hp->p_a, kt_r, hp->q_b, kt_r, kt_r, bc, hp->hd, dk, (int)hp->ldq, 1);
+    product_key_rows(hp, br, bc, hp->scale, ds, hp->q + i0 * hp->ldq, hp->ldq, hp->q_b, hp->dk + j0 * hp->ldq, seen);
 }
 
 // stats: (B, H, T) log-sum-exp of each row's scaled scores. q is scaled by the products' alpha (our fp32
@@ -255,8 +264,7 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
             for (int i0 = 0; i0 < T; i0 += ATT_BR) {
                 int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
                 int kv_end = d->causal ? i0 + br : T;
-                float *ob = o + i0 * ldo;  // (br, hd) running output
-                zero_rows(ob, ldo, br, hd);
+                float *ob = o + i0 * ldo;  // (br, hd) running output, written by the first key block
                 for (int r = 0; r < br; r++) m[r] = -INFINITY, l[r] = 0.0f;
                 products_query_block(&hp, i0, br);
                 for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
@@ -280,7 +288,7 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
                         m[r] = mx;
                     }
                     if (d->dropout_p > 0.0f) dropout_tile(s, d, bh, i0, br, j0, bc);
-                    product_pv(&hp, br, j0, bc, s, ob);
+                    product_pv(&hp, br, j0, bc, s, ob, j0 > 0);
                 }
                 for (int r = 0; r < br; r++) {
                     float inv = 1.0f / l[r], *orow = ob + r * ldo;
@@ -297,7 +305,7 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
 static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, const float *qkv, const float *out,
                                const float *stats, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, hd = d->C / d->H, C = d->C;
-    long ldq = (long)d->stride_t * 3 * C, ldo = (long)d->stride_t * C;
+    long ldo = (long)d->stride_t * C;  // row stride of a head in out and dout
     cpu_gemm_init();
 #pragma omp parallel
     {
@@ -311,14 +319,14 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
             size_t at3 = head_offset(d, b, (size_t)3 * C, (size_t)h * hd), at1 = head_offset(d, b, (size_t)C, (size_t)h * hd);
-            float *dq = dqkv + at3, *dk = dq + C, *dv = dq + 2 * C;  // (T, hd) each, ld ldq
+            float *dq = dqkv + at3;  // dq, dk, dv: (T, hd) each, ld ldq
             const float *dO = dout + at1, *o = out + at1;            // (T, hd), ld ldo
             for (int t = 0; t < T; t++) {
                 float acc = 0.0f;
                 for (int c = 0; c < hd; c++) acc += dO[t * ldo + c] * o[t * ldo + c];
                 dd[t] = acc;
             }
-            zero_rows(dq, ldq, T, hd), zero_rows(dk, ldq, T, hd), zero_rows(dv, ldq, T, hd);
+            // dq's rows are written by their first key block, dk's and dv's by their first query block
             products_head(&hp, qkv + at3, C, dO, dq);
             const float *lse = stats + (size_t)bh * T;
             for (int i0 = 0; i0 < T; i0 += ATT_BR) {
@@ -327,6 +335,8 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                 products_query_block(&hp, i0, br);
                 for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
                     int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
+                    // rows of this key block that earlier query blocks wrote: causal, the keys before i0
+                    int seen = d->causal ? (i0 - j0 < 0 ? 0 : i0 - j0 < bc ? i0 - j0 : bc) : (i0 > 0 ? bc : 0);
                     product_scores(&hp, i0, br, j0, bc, p);
                     for (int r = 0; r < br; r++)  // P = exp(S - lse), zero where masked
                         exp_visible(p + (size_t)r * bc, visible(d, i0 + r, j0, bc), bc, lse[i0 + r]);
@@ -337,7 +347,7 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                         pv = pd;
                     }
                     // dV += P'^T dO;  dP' = dO V^T (through the dropout: dP = dP' o Z)
-                    product_dv(&hp, i0, br, j0, bc, pv);
+                    product_dv(&hp, i0, br, j0, bc, pv, seen);
                     product_dp(&hp, i0, br, j0, bc, ds);
                     if (d->dropout_p > 0.0f) dropout_tile(ds, d, bh, i0, br, j0, bc);
                     for (int r = 0; r < br; r++) {  // dS = P o (dP - D)
@@ -346,7 +356,7 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                         for (int c = 0; c < bc; c++) drow[c] = prow[c] * (drow[c] - di);
                     }
                     // dq += scale dS K;  dk += scale dS^T q (= dS^T q' with q' = scale q)
-                    product_dq_dk(&hp, i0, br, j0, bc, ds);
+                    product_dq_dk(&hp, i0, br, j0, bc, ds, seen);
                 }
             }
         }
