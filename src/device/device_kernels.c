@@ -16,6 +16,9 @@
     X(gemm_a16, int, int, int, int, int, float, const fsdp_bf16 *, int, const float *, int, float, float *, int) \
     X(gemm_a16_b16, int, int, int, int, int, float, const fsdp_bf16 *, int, const fsdp_bf16 *, int, float,   \
       float *, int)                                                                                           \
+    X(gemm_b16_bias, int, int, int, int, const float *, int, const fsdp_bf16 *, int, const float *, float *, int) \
+    X(gemm_a16_b16_bias, int, int, int, int, const fsdp_bf16 *, int, const fsdp_bf16 *, int, const float *,   \
+      float *, int)                                                                                           \
     X(gemm_b16_dbias, int, int, int, const float *, const fsdp_bf16 *, int, float, float *, int, float *)       \
     X(gemm_a16_dbias, int, int, int, const fsdp_bf16 *, int, const float *, float, float *, int, float *)       \
     X(layernorm_forward, float *, fsdp_bf16 *, float *, float *, const float *, const float *, const float *, int, \

@@ -67,6 +67,16 @@ typedef struct fsdp_kernels {
     void (*gemm_a16_b16)(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha,
                          const fsdp_bf16 *A, int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc);
 
+    // A Linear's forward with its bias under bf16 weights: C (M, N) = op(A) @ op(B) + bias, every row of C
+    // starting as bias (N,), B bf16 ((K, N), or (N, K) with trans_b, leading dimension ldb), A fp32
+    // (gemm_b16_bias: rounded to bf16 as gemm_b16 rounds it) or bf16 (gemm_a16_b16_bias), (M, K) with
+    // leading dimension lda. The bits of fill_rows(C, bias) followed by gemm_b16 / gemm_a16_b16 with beta
+    // 1 (the CPU adds the bias where the product's rows are stored: no pass over C before it).
+    void (*gemm_b16_bias)(fsdp_stream *st, int trans_b, int M, int N, int K, const float *A, int lda,
+                          const fsdp_bf16 *B, int ldb, const float *bias, float *C, int ldc);
+    void (*gemm_a16_b16_bias)(fsdp_stream *st, int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda,
+                              const fsdp_bf16 *B, int ldb, const float *bias, float *C, int ldc);
+
     // A weight gradient and its bias's gradient in one call, from an input kept in bf16 and the output's
     // gradient dout in fp32 (dense: K rows, one per token). gemm_b16_dbias (Linear's layout):
     // C (M, N) = dout^T @ B + beta * C with dout (K, M), B (K, N) bf16 with leading dimension ldb, and
@@ -229,6 +239,11 @@ void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf1
                              int ldc, float *dbias);
 void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
                              int ldc, float *dbias);
+// A Linear's forward with its bias (the table's gemm_b16_bias, gemm_a16_b16_bias): C = A @ op(B) + bias
+void cpu_gemm_bf16_b16_bias(int trans_b, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
+                            const float *bias, float *C, int ldc);
+void cpu_gemm_bf16_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B,
+                                int ldb, const float *bias, float *C, int ldc);
 void cpu_gemm_bf16_select(const char *name);
 const char *cpu_gemm_bf16_name(void);  // "amx", "avx512bf16" or "emulate"
 // Our AVX-512 SGEMM on `nthreads` OpenMP threads (1 inside a parallel region). Its blocking: register

@@ -251,6 +251,44 @@ static int dbias_matches_separate(const char *path, int conv1d, int threads, int
     return ok;
 }
 
+// The bias-fused forward (gemm_b16_bias, gemm_a16_b16_bias) against fill_rows + gemm_b16 / gemm_a16_b16
+// with beta 1, bit for bit; C starts as garbage (NaN) that must not leak through.
+static int bias_matches_fill(const char *path, int a16, int trans_b, int threads, int M, int N, int K) {
+    const fsdp_kernels *k = fsdp_kernels_cpu_bf16();
+    int lda = K + 1, ldb = (trans_b ? K : N) + 2, ldc = N + 3;
+    size_t na = (size_t)M * lda, nb = (size_t)(trans_b ? N : K) * ldb, nc = (size_t)M * ldc;
+    float *A = malloc(sizeof(float) * na), *Bf = malloc(sizeof(float) * nb), *bias = malloc(sizeof(float) * N);
+    float *C1 = malloc(sizeof(float) * nc), *C2 = malloc(sizeof(float) * nc);
+    fsdp_bf16 *Ah = malloc(sizeof(fsdp_bf16) * na), *Bh = malloc(sizeof(fsdp_bf16) * nb);
+    for (size_t i = 0; i < na; i++) A[i] = value((long)i, 31);
+    for (size_t i = 0; i < nb; i++) Bf[i] = value((long)i, 32);
+    for (int i = 0; i < N; i++) bias[i] = value(i, 33) * 4.0f;
+    for (size_t i = 0; i < nc; i++) C1[i] = C2[i] = NAN;
+    fsdp_f32_to_bf16_array(Ah, A, na);
+    fsdp_f32_to_bf16_array(Bh, Bf, nb);
+    cpu_gemm_bf16_select(path);
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(threads);
+    for (int m = 0; m < M; m++) memcpy(C1 + (size_t)m * ldc, bias, sizeof(float) * N);
+    if (a16) {
+        cpu_gemm_bf16_a16_b16(0, trans_b, M, N, K, 1.0f, Ah, lda, Bh, ldb, 1.0f, C1, ldc);
+        k->gemm_a16_b16_bias(NULL, trans_b, M, N, K, Ah, lda, Bh, ldb, bias, C2, ldc);
+    } else {
+        cpu_gemm_bf16_b16(0, trans_b, M, N, K, 1.0f, A, lda, Bh, ldb, 1.0f, C1, ldc);
+        k->gemm_b16_bias(NULL, trans_b, M, N, K, A, lda, Bh, ldb, bias, C2, ldc);
+    }
+    omp_set_num_threads(saved);
+    cpu_gemm_bf16_select(NULL);
+    int ok = 1;
+    for (int m = 0; m < M; m++)  // the rows' N values (past N, C keeps its NaN in both)
+        ok &= memcmp(C1 + (size_t)m * ldc, C2 + (size_t)m * ldc, sizeof(float) * N) == 0 && !isnan(C2[(size_t)m * ldc]);
+    if (!ok)
+        fprintf(stderr, "%s path %s threads %d trans_b %d M %d N %d K %d: differs from fill_rows + gemm\n",
+                a16 ? "gemm_a16_b16_bias" : "gemm_b16_bias", path ? path : "best", threads, trans_b, M, N, K);
+    free(A), free(Bf), free(bias), free(C1), free(C2), free(Ah), free(Bh);
+    return ok;
+}
+
 int main(void) {
     // M mod 14 (the fp32 kernel's panel rows) covers each of its row-count variants: 1-2, 3-4, 5-6, ... 13-14
     int sizes[][3] = {{1, 1, 1},    {14, 32, 16},  {15, 33, 17},  {13, 31, 300}, {29, 65, 257}, {100, 17, 5},
@@ -320,6 +358,13 @@ int main(void) {
                 for (int threads = 1; threads <= 2; threads++)
                     CHECK(dbias_matches_separate(bf16_paths[p], conv1d, threads, dbias_sizes[s][0], dbias_sizes[s][1],
                                                  dbias_sizes[s][2], (float)(s % 2)));
+    // tails; K 0 (C = the bias); the last shape is big enough for a team of two
+    int bias_sizes[][3] = {{1, 1, 1}, {15, 33, 17}, {40, 17, 0}, {64, 96, 520}, {200, 300, 70}};
+    for (int p = 0; p < 3; p++)
+        for (int s = 0; s < 5; s++)
+            for (int t = 0; t < 8; t++)
+                CHECK(bias_matches_fill(bf16_paths[p], t & 1, t >> 1 & 1, 1 + (t >> 2), bias_sizes[s][0], bias_sizes[s][1],
+                                        bias_sizes[s][2]));
     printf("bf16 GEMM: %d cases (B in fp32 and in bf16) on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");

@@ -312,8 +312,10 @@ AMX_TARGET static void micro_kernel(const uint16_t *ap, int a_kt, const uint16_t
 // The same 32x32 block with VDPBF16PS: eight rows at a time, each row's two 16-column halves in two
 // accumulators (16 of the 32 vector registers); B's pair rows are loaded once per eight rows and A's
 // pairs are broadcast from the packed A tile (row r, pair p at a 32-bit offset r * 16 + p).
+// bias: NULL, or the block's 32 columns of a row added to every row (without accumulate): acc + bias, as
+// acc + C would add a C filled with it.
 AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, int a_kt, const uint16_t *bp, int b_kt, int KT,
-                                               float *c, int ldc, int m, int n, int accumulate) {
+                                               float *c, int ldc, int m, int n, int accumulate, const float *bias) {
     const uint16_t *b1 = bp + (size_t)b_kt * TILE_ELEMS;
     for (int r = 0; r < m; r++) {  // C's lines are fetched while the first rows compute, not when stored
         _mm_prefetch((const char *)(c + (long)r * ldc), _MM_HINT_T0);
@@ -344,6 +346,9 @@ AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, int a_kt, con
             if (accumulate) {
                 acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, row));
                 acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, row + 16));
+            } else if (bias) {
+                acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, bias));
+                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, bias + 16));
             }
             _mm512_mask_storeu_ps(row, m0, acc[r][0]);
             _mm512_mask_storeu_ps(row + 16, m1, acc[r][1]);
@@ -360,6 +365,7 @@ typedef struct {
     size_t a_esize, b_esize;
     float *C;  // (M, ldc)
     int ldc, accumulate;
+    const float *bias;  // NULL, or (N,): every row of C starts as it (accumulate 0)
     __m512 alpha;
     uint16_t *a_pack;  // (chunk_groups * KT) tiles: the A block being swept
     uint16_t *b_pack;  // (NT * KT) tiles
@@ -396,8 +402,15 @@ AMX_TARGET static void product_block(const bf16_product *p, int mb0, int mb, int
     const uint16_t *ap = p->a_pack + (size_t)(mb - mb0) * 2 * p->KT * TILE_ELEMS;
     const uint16_t *bp = p->b_pack + (size_t)nb * 2 * p->KT * TILE_ELEMS;
     float *cb = p->C + (long)mb * 32 * p->ldc + nb * 32;
-    if (p->use_amx) micro_kernel(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, p->accumulate);
-    else micro_kernel_avx512bf16(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, p->accumulate);
+    const float *bias = p->bias ? p->bias + nb * 32 : NULL;
+    if (p->use_amx && bias) {  // the tiles start from C: the block filled with the bias first, as fill_rows would
+        for (int i = 0; i < m; i++) memcpy(cb + (long)i * p->ldc, bias, sizeof(float) * (size_t)n);
+        micro_kernel(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, 1);
+    } else if (p->use_amx) {
+        micro_kernel(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, p->accumulate);
+    } else {
+        micro_kernel_avx512bf16(ap, p->KT, bp, p->KT, p->KT, cb, p->ldc, m, n, p->accumulate, bias);
+    }
 }
 
 // Packs both operands into tiles, then runs the AMX or the VDPBF16PS micro-kernel over 32x32 blocks.
@@ -406,14 +419,14 @@ AMX_TARGET static void product_block(const bf16_product *p, int mb0, int mb, int
 AMX_TARGET static void gemm_bf16_packed(int use_amx, int trans_a, int trans_b, int M, int N, int K, float alpha,
                                         const void *A, int a_bf16, int lda, const void *B, int b_bf16, int ldb,
                                         float beta, float *C, int ldc, int nthreads, float *a_sums,
-                                        float *b_sums) {
+                                        float *b_sums, const float *bias) {
     bf16_product p = {.use_amx = use_amx, .M = M, .N = N, .K = K, .MT = (M + 31) / 32 * 2, .NT = (N + 31) / 32 * 2,
                       .KT = (K + 31) / 32, .A = A, .B = B, .rs_a = trans_a ? 1 : lda, .cs_a = trans_a ? lda : 1,
                       .rs_b = trans_b ? 1 : ldb, .cs_b = trans_b ? ldb : 1, .a_bf16 = a_bf16, .b_bf16 = b_bf16,
                       .a_esize = a_bf16 ? sizeof(fsdp_bf16) : sizeof(float),
                       .b_esize = b_bf16 ? sizeof(fsdp_bf16) : sizeof(float), .C = C, .ldc = ldc,
                       .accumulate = beta != 0.0f, .alpha = _mm512_set1_ps(alpha), .a_sums = a_sums,
-                      .b_sums = b_sums};
+                      .b_sums = b_sums, .bias = bias};
     p.k_runs_a = p.cs_a == 1;
     p.k_runs_b = p.rs_b == 1;
     int team = nthreads > 1, KT = p.KT;
@@ -471,12 +484,15 @@ static float *fresh_sums(int lines) {
 // columns, an fp32 operand stored k-major and dense (lda == M with trans_a / ldb == N without trans_b),
 // alpha 1. Each line is summed in k order from zero and then added, as cpu_bias_backward sums: the same
 // bits whether the sums are fused into the packing (one-thread packed products) or taken after the product.
+// bias: NULL, or (N,) that every row of C starts as (beta must be 0): the bits of filling C's rows with
+// it and multiplying with beta 1.
 static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float alpha, const void *A, int a_bf16,
                           int lda, const void *B, int b_bf16, int ldb, float beta, float *C, int ldc, float *a_sums,
-                          float *b_sums) {
+                          float *b_sums, const float *bias) {
     FSDP_ASSERT(!a_sums || (trans_a && lda == M && !a_bf16 && alpha == 1.0f));
     FSDP_ASSERT(!b_sums || (!trans_b && ldb == N && !b_bf16));
     FSDP_ASSERT(!a_sums || !b_sums);  // one dout per product
+    FSDP_ASSERT(!bias || beta == 0.0f);
     FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
     if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
@@ -486,6 +502,10 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
     // fused: one thread packs each line's tiles in k order, and the operand takes the k-major packing
     float *a_acc = a_sums && packed && nthreads == 1 && lda != 1 ? fresh_sums(M) : NULL;
     float *b_acc = b_sums && packed && nthreads == 1 && ldb != 1 ? fresh_sums(N) : NULL;
+    if (bias && !packed && N > 0) {  // C's rows filled with the bias, then multiplied into as beta 1
+        for (int m = 0; m < M; m++) memcpy(C + (long)m * ldc, bias, sizeof(float) * (size_t)N);
+        beta = 1.0f, bias = NULL;
+    }
     if (M > 0 && N > 0) {
         if (K <= 0 || alpha == 0.0f) {  // C = beta * C (B is never read; beta 0 ignores NaN in C, as BLAS)
             cpu_scale_rows(C, ldc, 0, M, N, beta);
@@ -493,7 +513,7 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
             gemm_bf16_emulated(trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb, beta, C, ldc);
         } else {
             gemm_bf16_packed(bf16_path == PATH_AMX, trans_a, trans_b, M, N, K, alpha, A, a_bf16, lda, B, b_bf16, ldb,
-                             beta, C, ldc, nthreads, a_acc, b_acc);
+                             beta, C, ldc, nthreads, a_acc, b_acc, bias);
         }
     }
     for (int m = 0; a_acc && m < M; m++) a_sums[m] += a_acc[m];
@@ -504,32 +524,42 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
 
 void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                    const float *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc, NULL, NULL);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
 void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                        const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc, NULL, NULL);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
 void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc, NULL, NULL);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
 void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                            const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
-    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc, NULL, NULL);
+    gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
 void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
                              int ldc, float *dbias) {
-    gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 0, M, B, 1, ldb, beta, C, ldc, dbias, NULL);
+    gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 0, M, B, 1, ldb, beta, C, ldc, dbias, NULL, NULL);
 }
 
 void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
                              int ldc, float *dbias) {
-    gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 1, lda, B, 0, N, beta, C, ldc, NULL, dbias);
+    gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 1, lda, B, 0, N, beta, C, ldc, NULL, dbias, NULL);
+}
+
+void cpu_gemm_bf16_b16_bias(int trans_b, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
+                            const float *bias, float *C, int ldc) {
+    gemm_bf16_any(0, trans_b, M, N, K, 1.0f, A, 0, lda, B, 1, ldb, 0.0f, C, ldc, NULL, NULL, bias);
+}
+
+void cpu_gemm_bf16_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B,
+                                int ldb, const float *bias, float *C, int ldc) {
+    gemm_bf16_any(0, trans_b, M, N, K, 1.0f, A, 1, lda, B, 1, ldb, 0.0f, C, ldc, NULL, NULL, bias);
 }
 
 // ---- packed operands kept across products (attention: a head's keys and values) ------------------
@@ -569,7 +599,7 @@ AMX_TARGET void cpu_bf16_tiles_product(const uint16_t *a, int a_kt, const uint16
             const uint16_t *ap = a + (size_t)mb * 2 * a_kt * TILE_ELEMS, *bp = b + (size_t)nb * 2 * b_kt * TILE_ELEMS;
             float *cb = C + (long)mb * 32 * ldc + nb * 32;
             if (use_amx) micro_kernel(ap, a_kt, bp, b_kt, KT, cb, ldc, m, n, accumulate);
-            else micro_kernel_avx512bf16(ap, a_kt, bp, b_kt, KT, cb, ldc, m, n, accumulate);
+            else micro_kernel_avx512bf16(ap, a_kt, bp, b_kt, KT, cb, ldc, m, n, accumulate, NULL);
         }
     if (use_amx) _tile_release();
 }

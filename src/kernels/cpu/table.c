@@ -32,6 +32,14 @@ WRAP(t_gemm_a16_b16, cpu_gemm_bf16_a16_b16,
      (fsdp_stream *st, int ta, int tb, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
       const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc),
      (ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc))
+WRAP(t_gemm_b16_bias, cpu_gemm_bf16_b16_bias,
+     (fsdp_stream *st, int tb, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
+      const float *bias, float *C, int ldc),
+     (tb, M, N, K, A, lda, B, ldb, bias, C, ldc))
+WRAP(t_gemm_a16_b16_bias, cpu_gemm_bf16_a16_b16_bias,
+     (fsdp_stream *st, int tb, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B, int ldb,
+      const float *bias, float *C, int ldc),
+     (tb, M, N, K, A, lda, B, ldb, bias, C, ldc))
 WRAP(t_gemm_b16_dbias, cpu_gemm_bf16_b16_dbias,
      (fsdp_stream *st, int M, int N, int K, const float *dout, const fsdp_bf16 *B, int ldb, float beta, float *C,
       int ldc, float *dbias),
@@ -153,6 +161,7 @@ WRAP(t_sum_squares_exact, cpu_sum_squares_exact, (fsdp_stream *st, int64_t *word
 // the entries both tables share (everything but the matrix products)
 #define CPU_COMMON_ENTRIES                                                                                   \
     .device = FSDP_DEV_CPU, .gemm_b16 = t_gemm_b16, .gemm_a16 = t_gemm_a16, .gemm_a16_b16 = t_gemm_a16_b16,     \
+    .gemm_b16_bias = t_gemm_b16_bias, .gemm_a16_b16_bias = t_gemm_a16_b16_bias,                                \
     .gemm_b16_dbias = t_gemm_b16_dbias, .gemm_a16_dbias = t_gemm_a16_dbias,                                    \
     .layernorm_forward = t_layernorm_forward,                                                                \
     .residual_layernorm_forward = t_residual_layernorm_forward, .layernorm_backward = t_layernorm_backward,  \
