@@ -191,9 +191,9 @@ static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accu
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
-    k->dropout_backward(st, sc, d_ffn_out, NC, site_p(ctx, blk->cfg.dropout),
-                        nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
-    nn_linear_backward_in(ctx, &blk->fc2, sf, 0, sc, act_in(blk), N);
+    float p = site_p(ctx, blk->cfg.dropout);
+    if (p > 0.0f) k->dropout_backward(st, sc, d_ffn_out, NC, p, nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
+    nn_linear_backward_in(ctx, &blk->fc2, sf, 0, p > 0.0f ? sc : d_ffn_out, act_in(blk), N);  // no dropout: no copy
     if (blk->cfg.activation == FSDP_ACT_RELU && !blk->act_b16)  // ReLU's output tells the mask
         k->relu_dropout_backward(st, sf, sf, blk->act, NF, inner_p(ctx, blk));
     else
@@ -253,8 +253,8 @@ void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const floa
         // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x)); the residuals' adds ride on the norms' backward
         ffn_backward(ctx, blk, s2, 0, dout, ln2_in(blk), sf, s3, N);          // s2 = d ln2_out
         nn_layernorm_backward(ctx, &blk->norm2, d1, s2, dout, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);  // d r1
-        k->dropout_backward(st, s2, d1, NC, p_out, rng_out);                  // s2 = d attn_out
-        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, s2, ln1_in(blk), blk->qkv, blk->att,
+        if (p_out > 0.0f) k->dropout_backward(st, s2, d1, NC, p_out, rng_out);  // s2 = d attn_out
+        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, p_out > 0.0f ? s2 : d1, ln1_in(blk), blk->qkv, blk->att,
                         blk->attn_ctx, s3, s3c);                              // s4 = d ln1_out
         nn_layernorm_backward(ctx, &blk->norm1, dinp, s4, d1, inp, blk->ln1_mean, blk->ln1_rstd, N);
     } else {
@@ -262,9 +262,9 @@ void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const floa
         nn_layernorm_backward(ctx, &blk->norm2, d1, dout, NULL, blk->r2, blk->ln2_mean, blk->ln2_rstd, N);
         ffn_backward(ctx, blk, d1, 1, d1, nn_in_f32(blk->ln1_out), sf, s2, N);  // d1 = d h1 (residual + ffn)
         nn_layernorm_backward(ctx, &blk->norm1, s2, d1, NULL, blk->r1, blk->ln1_mean, blk->ln1_rstd, N);  // d r1
-        k->dropout_backward(st, s3, s2, NC, p_out, rng_out);                  // s3 = d attn_out
-        nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, s3, nn_in_f32(inp), blk->qkv, blk->att, blk->attn_ctx,
-                        s4, s3c);
+        if (p_out > 0.0f) k->dropout_backward(st, s3, s2, NC, p_out, rng_out);  // s3 = d attn_out
+        nn_mha_backward(ctx, &blk->attn, &dims, dinp, 0, p_out > 0.0f ? s3 : s2, nn_in_f32(inp), blk->qkv, blk->att,
+                        blk->attn_ctx, s4, s3c);
         k->add_inplace(st, dinp, s2, NC);
     }
 }
