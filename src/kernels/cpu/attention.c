@@ -125,12 +125,12 @@ static head_products products_new(gemm_fn gemm, const fsdp_attention_dims *d, in
     if (gemm) return hp;
     size_t head = cpu_bf16_tiles_elems(d->T, hd), block = cpu_bf16_tiles_elems(br, hd);
     size_t p = cpu_bf16_tiles_elems(br, bc);  // (br, bc) or (bc, br): the same count
-    size_t total = (backward ? 4 : 2) * head + (backward ? 4 : 1) * block + p;
+    size_t total = (backward ? 3 : 2) * head + (backward ? 4 : 1) * block + p;
     uint16_t *t = aligned_alloc(64, (sizeof(uint16_t) * total + 63) / 64 * 64);
     FSDP_ASSERT(t != NULL);
     hp.k_t = t, t += head;
-    hp.v_k = t, t += head;
     if (backward) hp.k_k = t, t += head, hp.v_t = t, t += head;
+    else hp.v_k = t, t += head;
     hp.q_a = t, t += block;
     if (backward) hp.q_b = t, t += block, hp.do_a = t, t += block, hp.do_b = t, t += block;
     hp.p_a = t;
