@@ -53,8 +53,10 @@ fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *o
     const fsdp_bf16 *w = l->weight->data_b16;
     if (w && !l->lora) {  // bf16 weights: the bias joins where the product's rows are stored (same bits)
         int trans_b = !l->conv1d, ldb = l->conv1d ? l->out : l->in;
-        if (inp.b16) ctx->k->gemm_a16_b16_bias(ctx->stream, trans_b, N, l->out, l->in, inp.b16, l->in, w, ldb, bias, out, l->out);
-        else ctx->k->gemm_b16_bias(ctx->stream, trans_b, N, l->out, l->in, inp.f32, l->in, w, ldb, bias, out, l->out);
+        if (inp.b16)
+            ctx->k->gemm_a16_b16_bias(ctx->stream, trans_b, N, l->out, l->in, inp.b16, l->in, w, ldb, bias, out, l->out);
+        else
+            ctx->k->gemm_b16_bias(ctx->stream, trans_b, N, l->out, l->in, inp.f32, l->in, w, ldb, bias, out, l->out);
         return FSDP_OK;
     }
     ctx->k->fill_rows(ctx->stream, out, bias, N, l->out);

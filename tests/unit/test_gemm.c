@@ -363,8 +363,8 @@ int main(void) {
     for (int p = 0; p < 3; p++)
         for (int s = 0; s < 5; s++)
             for (int t = 0; t < 8; t++)
-                CHECK(bias_matches_fill(bf16_paths[p], t & 1, t >> 1 & 1, 1 + (t >> 2), bias_sizes[s][0], bias_sizes[s][1],
-                                        bias_sizes[s][2]));
+                CHECK(bias_matches_fill(bf16_paths[p], t & 1, t >> 1 & 1, 1 + (t >> 2), bias_sizes[s][0],
+                                        bias_sizes[s][1], bias_sizes[s][2]));
     printf("bf16 GEMM: %d cases (B in fp32 and in bf16) on each of the paths %s\n", bf16_cases / 3, used);
     printf("%d shapes x paths checked (avx512 kernel %s)\n", cases,
            cpu_sgemm_avx512_available() ? "available" : "not available on this CPU");

@@ -235,7 +235,8 @@ static void product_dq_dk(head_products *hp, int i0, int br, int j0, int bc, con
     } else {
         int kt = (bc + 31) / 32;
         cpu_bf16_tiles_pack_a(hp->p_a, ds, bc, 1, br, bc, hp->scale);
-        cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->k_k, j0), hp->kt_t, kt, br, hp->hd, dq, (int)hp->ldq, accumulate);
+        cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->k_k, j0), hp->kt_t, kt, br, hp->hd, dq, (int)hp->ldq,
+                               accumulate);
     }
     product_key_rows(hp, br, bc, hp->scale, ds, hp->q + i0 * hp->ldq, hp->ldq, hp->q_b, hp->dk + j0 * hp->ldq, seen);
 }

@@ -569,23 +569,25 @@ int cpu_bf16_tiles_available(void) {
     return bf16_path != PATH_EMULATE;
 }
 
-size_t cpu_bf16_tiles_elems(int lines, int K) { return (size_t)((lines + 31) / 32 * 32) * (size_t)((K + 31) / 32 * 32); }
+size_t cpu_bf16_tiles_elems(int lines, int K) {
+    return (size_t)((lines + 31) / 32 * 32) * (size_t)((K + 31) / 32 * 32);
+}
 
 AMX_TARGET void cpu_bf16_tiles_pack_a(uint16_t *dst, const float *A, long rs, long cs, int M, int K, float alpha) {
     int KT = (K + 31) / 32, MT = (M + 31) / 32 * 2;
     __m512 a = _mm512_set1_ps(alpha);
     for (int mi = 0; mi < MT; mi++)
         for (int kj = 0; kj < KT; kj++)
-            pack_a_tile(dst + ((size_t)mi * KT + kj) * TILE_ELEMS, A + (long)mi * 16 * rs + (long)kj * 32 * cs, 0, rs, cs,
-                        M - mi * 16, K - kj * 32, a, NULL);
+            pack_a_tile(dst + ((size_t)mi * KT + kj) * TILE_ELEMS, A + (long)mi * 16 * rs + (long)kj * 32 * cs, 0, rs,
+                        cs, M - mi * 16, K - kj * 32, a, NULL);
 }
 
 AMX_TARGET void cpu_bf16_tiles_pack_b(uint16_t *dst, const float *B, long rs, long cs, int N, int K) {
     int KT = (K + 31) / 32, NT = (N + 31) / 32 * 2;
     for (int nj = 0; nj < NT; nj++)
         for (int kj = 0; kj < KT; kj++)
-            pack_b_tile(dst + ((size_t)nj * KT + kj) * TILE_ELEMS, B + (long)kj * 32 * rs + (long)nj * 16 * cs, 0, rs, cs,
-                        N - nj * 16, K - kj * 32, NULL);
+            pack_b_tile(dst + ((size_t)nj * KT + kj) * TILE_ELEMS, B + (long)kj * 32 * rs + (long)nj * 16 * cs, 0, rs,
+                        cs, N - nj * 16, K - kj * 32, NULL);
 }
 
 AMX_TARGET void cpu_bf16_tiles_product(const uint16_t *a, int a_kt, const uint16_t *b, int b_kt, int KT, int M, int N,
