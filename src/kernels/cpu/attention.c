@@ -33,11 +33,9 @@ static inline __mmask16 lanes(int n) { return (__mmask16)(n >= 16 ? 0xffff : n <
 // row[c] = exp(row[c] - shift) for the n visible keys (c < n), 0 for the rest of the bc; returns the sum
 // (16 lanes summed in order of c, then across: the same sum whatever bc is)
 static float exp_visible(float *row, int n, int bc, float shift) {
-    int c = 0;
-    float sum = 0.0f;
 #if FSDP_HAVE_AVX512
     __m512 acc = _mm512_setzero_ps(), sv = _mm512_set1_ps(shift);
-    for (; c < bc; c += 16) {
+    for (int c = 0; c < bc; c += 16) {
         __mmask16 seen = lanes(n - c);
         __m512 e = _mm512_setzero_ps();
         if (seen) e = _mm512_maskz_mov_ps(seen, vexp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(seen, row + c), sv)));
@@ -45,25 +43,28 @@ static float exp_visible(float *row, int n, int bc, float shift) {
         acc = _mm512_add_ps(acc, e);
     }
     return _mm512_reduce_add_ps(acc);
-#endif
+#else
+    float sum = 0.0f;
+    int c = 0;
     for (; c < n; c++) {
         row[c] = expf(row[c] - shift);
         sum += row[c];
     }
     for (; c < bc; c++) row[c] = 0.0f;
     return sum;
+#endif
 }
 
 // the largest of mx and row[0..n) (NaNs skipped, as `row[c] > mx` skips them)
 static float row_max(const float *row, int n, float mx) {
-    int c = 0;
 #if FSDP_HAVE_AVX512
     __m512 m = _mm512_set1_ps(mx);  // VMAXPS returns its second operand when either is NaN
-    for (; c < n; c += 16) m = _mm512_max_ps(_mm512_mask_loadu_ps(m, lanes(n - c), row + c), m);
+    for (int c = 0; c < n; c += 16) m = _mm512_max_ps(_mm512_mask_loadu_ps(m, lanes(n - c), row + c), m);
     return _mm512_reduce_max_ps(m);
-#endif
-    for (; c < n; c++) mx = row[c] > mx ? row[c] : mx;
+#else
+    for (int c = 0; c < n; c++) mx = row[c] > mx ? row[c] : mx;
     return mx;
+#endif
 }
 
 // Offset of head column `col` of batch b's first token in a buffer of `rowlen` floats per token; row t of
