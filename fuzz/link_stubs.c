@@ -19,3 +19,9 @@ int fsdp_comm_size(const fsdp_comm *c) { abort(); }
 void fsdp_free_state(fsdp_state *s) { abort(); }
 fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) { abort(); }
 fsdp_dev *fsdp_dev_default(void) { return NULL; }  // cli_fsdp_config records it; the harness never uses it
+// --device cuda opens the device once to report a missing GPU as a one-line error: no GPU here
+fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
+    *out = NULL;
+    return fsdp_error(FSDP_ERR_INVALID_ARG, "device %s: not in the fuzz harness", name);
+}
+void fsdp_dev_close(fsdp_dev *d) { abort(); }

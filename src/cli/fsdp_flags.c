@@ -34,7 +34,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--ckpt-type", ARG_CHOICE, &o->ckpt.type, "sharded (a file per rank) or full (model + optimizer files from rank 0); needs --ckpt-dir", 1, 0, "sharded|full"},
         {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (needs --ckpt-dir; 0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir); --steps stays the total, so it must exceed the checkpoint's step count (equal: nothing to train)", 1, 0, NULL},
-        {"--device", ARG_STRING, &o->device, "where shards, gathered units, gradients and activations live: cpu, or guard (the CPU device with device memory unreadable from above the device layer: a test tool; default: $FSDP_DEVICE, else cpu)", 1, 0, NULL},
+        {"--device", ARG_STRING, &o->device, "where shards, gathered units, gradients and activations live: cpu; cuda (the local rank's GPU) or cuda:N, in a build with CUDA; or guard (the CPU device with device memory unreadable from above the device layer: a test tool); default: $FSDP_DEVICE, else cpu", 1, 0, NULL},
         {"--deterministic", ARG_BOOL, &o->deterministic, "bit-identical losses, gradient norms and parameters on any world size that divides --det-chunks: the global batch (--global-batch, required) is cut into fixed chunks, each chunk's gradients are summed exactly in fixed point (docs/deterministic.md)", 1, 0, NULL},
         {"--det-chunks", ARG_INT, &o->det_chunks, "--deterministic: chunks per step (each one micro-step of one rank; must divide --global-batch and be divisible by the world size; default world x --grad-accum when --grad-accum is given, else --global-batch: one sequence per chunk)", 0, 65536, NULL},
         {"--freeze", ARG_LIST, &o->freeze, "freeze the parameters whose names match this glob (requires_grad=False; e.g. 'h.[0-3].*', 'wte.weight'; repeatable, or comma-separated): still sharded and gathered for compute, but no gradient, no reduction and no optimizer state; a glob that matches nothing is an error (docs/finetuning.md)", 1, 0, NULL},
@@ -81,9 +81,18 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank) 
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg) {
     *cfg = fsdp_config_default();
     if (o->device) {
-        if (strcasecmp(o->device, "cpu") != 0 && strcasecmp(o->device, "guard") != 0) {
-            fprintf(stderr, "%s: --device: expected cpu or guard, got '%s'\n", prog, o->device);
+        if (strcasecmp(o->device, "cpu") != 0 && strcasecmp(o->device, "guard") != 0 &&
+            strncasecmp(o->device, "cuda", 4) != 0) {
+            fprintf(stderr, "%s: --device: expected cpu, guard, cuda or cuda:N, got '%s'\n", prog, o->device);
             return -1;
+        }
+        if (strncasecmp(o->device, "cuda", 4) == 0) {  // a one-line error here, not an abort at first use
+            fsdp_dev *probe = NULL;
+            if (fsdp_dev_open(o->device, &probe) != FSDP_OK) {
+                fprintf(stderr, "%s: --device %s: %s\n", prog, o->device, fsdp_last_error());
+                return -1;
+            }
+            fsdp_dev_close(probe);
         }
         setenv("FSDP_DEVICE", o->device, 1);  // read once, by the first fsdp_dev_default()
     }

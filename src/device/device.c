@@ -9,6 +9,7 @@
 #include <strings.h>
 #include <unistd.h>
 
+#include "device/device_cuda_impl.h"
 #include "device/device_impl.h"
 
 static const char *const kind_names[] = {"cpu", "guard", "cuda"};
@@ -112,10 +113,20 @@ fsdp_status dev_stream_push(fsdp_stream *s, fsdp_comm_request *req, const void *
 // ---------------------------------------------------------------------------------------------
 // Devices
 
-static int parse_kind(const char *name, fsdp_device_kind *kind) {
+// "cpu", "guard", "cuda" (the local rank's GPU: *ordinal -1) or "cuda:N"
+static int parse_kind(const char *name, fsdp_device_kind *kind, int *ordinal) {
+    *ordinal = -1;
     if (strcasecmp(name, "cpu") == 0) *kind = FSDP_DEVICE_CPU;
     else if (strcasecmp(name, "guard") == 0) *kind = FSDP_DEVICE_GUARD;
-    else return 0;
+    else if (strcasecmp(name, "cuda") == 0) *kind = FSDP_DEVICE_CUDA;
+    else if (strncasecmp(name, "cuda:", 5) == 0) {
+        char *end;
+        long n = strtol(name + 5, &end, 10);
+        if (end == name + 5 || *end || n < 0 || n > 1024) return 0;
+        *kind = FSDP_DEVICE_CUDA, *ordinal = (int)n;
+    } else {
+        return 0;
+    }
     return 1;
 }
 
@@ -139,8 +150,9 @@ fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
     if (!name || !*name) name = getenv("FSDP_DEVICE");
     if (!name || !*name) name = "cpu";
     fsdp_device_kind kind;
-    if (!parse_kind(name, &kind))
-        return fsdp_error(FSDP_ERR_INVALID_ARG, "unknown device '%s' (expected cpu or guard)", name);
+    int ordinal;
+    if (!parse_kind(name, &kind, &ordinal))
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "unknown device '%s' (expected cpu, guard, cuda or cuda:N)", name);
     fsdp_dev *d = calloc(1, sizeof *d);
     if (!d) return fsdp_error(FSDP_ERR_NOMEM, "out of memory opening device %s", name);
     d->kind = kind;
@@ -149,12 +161,18 @@ fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
         d->streams[i].dev = d;
         d->streams[i].id = (fsdp_stream_id)i;
     }
-    if (kind == FSDP_DEVICE_GUARD) {
-        fsdp_status st = dev_guard_open(d);
-        if (st != FSDP_OK) {
-            free(d);
-            return st;
-        }
+    d->cuda_ordinal = -1;
+    fsdp_status st = FSDP_OK;
+    if (kind == FSDP_DEVICE_GUARD) st = dev_guard_open(d);
+    if (kind == FSDP_DEVICE_CUDA && (st = dev_cuda_open(d, ordinal)) != FSDP_OK) {
+        char msg[DEV_ERR_MSG];
+        snprintf(msg, sizeof msg, "%s", fsdp_last_error());
+        dev_cuda_close(d);
+        fsdp_error(st, "%s", msg);
+    }
+    if (st != FSDP_OK) {
+        free(d);
+        return st;
     }
     *out = d;
     return FSDP_OK;
@@ -165,6 +183,7 @@ void fsdp_dev_close(fsdp_dev *d) {
     for (int i = 0; i < FSDP_STREAM_COUNT; i++) dev_stream_retire_all(&d->streams[i]);
     release_deferred(d);
     if (d->kind == FSDP_DEVICE_GUARD) dev_guard_close(d);
+    if (d->kind == FSDP_DEVICE_CUDA) dev_cuda_close(d);
     free(d);
 }
 
@@ -174,8 +193,9 @@ static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 static void open_default(void) {
     const char *env = getenv("FSDP_DEVICE");
     fsdp_device_kind kind;
-    if (env && *env && !parse_kind(env, &kind)) {
-        fprintf(stderr, "fsdp: FSDP_DEVICE=%s: unknown device (expected cpu or guard)\n", env);
+    int ordinal;
+    if (env && *env && !parse_kind(env, &kind, &ordinal)) {
+        fprintf(stderr, "fsdp: FSDP_DEVICE=%s: unknown device (expected cpu, guard, cuda or cuda:N)\n", env);
         abort();
     }
     if (fsdp_dev_open(env, &default_dev) != FSDP_OK) {
@@ -205,6 +225,7 @@ void fsdp_dev_leave(fsdp_dev *d) {
 // Memory
 
 void *fsdp_dev_alloc(fsdp_dev *d, size_t bytes, fsdp_mem_category cat) {
+    if (d->kind == FSDP_DEVICE_CUDA) return dev_cuda_alloc(d, bytes, cat);
     return d->kind == FSDP_DEVICE_GUARD ? dev_guard_alloc(d, bytes, cat) : fsdp_alloc(bytes, cat);
 }
 
@@ -227,18 +248,20 @@ static void free_after_streams(fsdp_dev *d, void *p) {
 
 void fsdp_dev_free(fsdp_dev *d, void *p) {
     if (!p) return;
-    if (d->kind == FSDP_DEVICE_GUARD) dev_guard_free(d, p);
+    if (d->kind == FSDP_DEVICE_CUDA) dev_cuda_free(d, p);
+    else if (d->kind == FSDP_DEVICE_GUARD) dev_guard_free(d, p);
     else free_after_streams(d, p);
 }
 
 void *fsdp_dev_host_alloc(fsdp_dev *d, size_t bytes, fsdp_mem_category cat) {
-    (void)d;
+    if (d->kind == FSDP_DEVICE_CUDA) return dev_cuda_host_alloc(d, bytes, cat);
     return fsdp_alloc(bytes, cat);
 }
 
 void fsdp_dev_host_free(fsdp_dev *d, void *p) {
     if (!p) return;
-    free_after_streams(d, p);  // the CPU device lets collectives run on host memory too
+    if (d->kind == FSDP_DEVICE_CUDA) dev_cuda_host_free(d, p);
+    else free_after_streams(d, p);  // the CPU device lets collectives run on host memory too
 }
 
 fsdp_status fsdp_dev_register(fsdp_dev *d, void *p, size_t bytes, const char *what) {
@@ -246,11 +269,13 @@ fsdp_status fsdp_dev_register(fsdp_dev *d, void *p, size_t bytes, const char *wh
     if (!p || (uintptr_t)p % (uintptr_t)page || !bytes)
         return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_dev_register(%s): %p (%zu bytes) is not a page-aligned region",
                           what ? what : "?", p, bytes);
+    if (d->kind == FSDP_DEVICE_CUDA) return dev_cuda_register(d, p, bytes);
     return d->kind == FSDP_DEVICE_GUARD ? dev_guard_register(d, p, bytes, what ? what : "?") : FSDP_OK;
 }
 
 void fsdp_dev_unregister(fsdp_dev *d, void *p) {
     if (p && d->kind == FSDP_DEVICE_GUARD) dev_guard_unregister(d, p);
+    if (p && d->kind == FSDP_DEVICE_CUDA) dev_cuda_unregister(d, p);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,26 +290,42 @@ fsdp_dev *fsdp_stream_device(const fsdp_stream *s) { return s->dev; }
 
 int fsdp_stream_in_flight(const fsdp_stream *s) { return s->n_pending; }
 
-fsdp_status fsdp_stream_synchronize(fsdp_stream *s) { return dev_stream_complete(s, s->started); }
+fsdp_status fsdp_stream_synchronize(fsdp_stream *s) {
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_stream_synchronize(s);
+    return dev_stream_complete(s, s->started);
+}
 
 fsdp_status fsdp_event_create(fsdp_dev *d, fsdp_event **out) {
     *out = calloc(1, sizeof **out);
     if (!*out) return fsdp_error(FSDP_ERR_NOMEM, "out of memory creating an event");
     (*out)->dev = d;
+    if (d->kind == FSDP_DEVICE_CUDA) {
+        fsdp_status st = dev_cuda_event_create(*out);
+        if (st != FSDP_OK) {
+            free(*out);
+            *out = NULL;
+            return st;
+        }
+    }
     return FSDP_OK;
 }
 
-void fsdp_event_destroy(fsdp_event *e) { free(e); }
+void fsdp_event_destroy(fsdp_event *e) {
+    if (e && e->dev->kind == FSDP_DEVICE_CUDA) dev_cuda_event_destroy(e);
+    free(e);
+}
 
 fsdp_status fsdp_event_record(fsdp_event *e, fsdp_stream *s) {
     if (s->dev != e->dev)
         return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_event_record: the event belongs to another device than the stream");
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_event_record(e, s);
     e->stream = s;
     e->tag = s->started;
     return FSDP_OK;
 }
 
 fsdp_status fsdp_event_synchronize(fsdp_event *e) {
+    if (e->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_event_synchronize(e);
     return e->stream ? dev_stream_complete(e->stream, e->tag) : FSDP_OK;
 }
 
@@ -293,10 +334,12 @@ fsdp_status fsdp_event_synchronize(fsdp_event *e) {
 fsdp_status fsdp_stream_wait_event(fsdp_stream *s, fsdp_event *e) {
     if (s->dev != e->dev)
         return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_stream_wait_event: the event belongs to another device than the stream");
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_stream_wait_event(s, e);
     return fsdp_event_synchronize(e);
 }
 
 int fsdp_event_query(fsdp_event *e) {
+    if (e->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_event_query(e);
     fsdp_stream *s = e->stream;
     while (s && s->n_pending && s->pending[s->head].tag <= e->tag) {
         int done = 0;
@@ -312,6 +355,7 @@ int fsdp_event_query(fsdp_event *e) {
 // Copies and memsets: run now, after what they depend on
 
 fsdp_status fsdp_copy_h2d(fsdp_stream *s, void *dst, const void *src, size_t bytes) {
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_copy(s, dst, src, bytes);
     FSDP_CHECK(dev_begin(s, src, bytes, dst, bytes));
     if (bytes) memcpy(dst, src, bytes);
     dev_end(s);
@@ -319,6 +363,7 @@ fsdp_status fsdp_copy_h2d(fsdp_stream *s, void *dst, const void *src, size_t byt
 }
 
 fsdp_status fsdp_copy_d2h(fsdp_stream *s, void *dst, const void *src, size_t bytes) {
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_copy(s, dst, src, bytes);
     FSDP_CHECK(dev_begin(s, src, bytes, dst, bytes));
     if (bytes) memcpy(dst, src, bytes);
     dev_end(s);
@@ -326,6 +371,7 @@ fsdp_status fsdp_copy_d2h(fsdp_stream *s, void *dst, const void *src, size_t byt
 }
 
 fsdp_status fsdp_copy_d2d(fsdp_stream *s, void *dst, const void *src, size_t bytes) {
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_copy(s, dst, src, bytes);
     FSDP_CHECK(dev_begin(s, src, bytes, dst, bytes));
     if (bytes && dst != src) memmove(dst, src, bytes);
     dev_end(s);
@@ -333,6 +379,7 @@ fsdp_status fsdp_copy_d2d(fsdp_stream *s, void *dst, const void *src, size_t byt
 }
 
 fsdp_status fsdp_dev_memset(fsdp_stream *s, void *dst, int byte, size_t bytes) {
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_memset(s, dst, byte, bytes);
     FSDP_CHECK(dev_begin(s, NULL, 0, dst, bytes));
     if (bytes) memset(dst, byte, bytes);
     dev_end(s);
@@ -344,6 +391,7 @@ fsdp_status fsdp_copy_d2h_2d(fsdp_stream *s, void *dst, size_t dpitch, const voi
     if (rows && (dpitch < row_bytes || spitch < row_bytes))
         return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_copy_d2h_2d: rows of %zu bytes with pitches %zu (dst) and %zu (src)",
                           row_bytes, dpitch, spitch);
+    if (s->dev->kind == FSDP_DEVICE_CUDA) return dev_cuda_copy_2d(s, dst, dpitch, src, spitch, row_bytes, rows);
     size_t src_span = rows ? spitch * (rows - 1) + row_bytes : 0, dst_span = rows ? dpitch * (rows - 1) + row_bytes : 0;
     FSDP_CHECK(dev_begin(s, src, src_span, dst, dst_span));
     unsigned char *d = dst;        // (rows, dpitch)
@@ -354,5 +402,6 @@ fsdp_status fsdp_copy_d2h_2d(fsdp_stream *s, void *dst, size_t dpitch, const voi
 }
 
 fsdp_status fsdp_dev_read(fsdp_stream *s, void *dst, const void *src, size_t bytes) {
-    return fsdp_copy_d2h(s, dst, src, bytes);  // runs now: the value is there when it returns
+    FSDP_CHECK(fsdp_copy_d2h(s, dst, src, bytes));  // CPU devices: runs now, the value is there
+    return s->dev->kind == FSDP_DEVICE_CUDA ? fsdp_stream_synchronize(s) : FSDP_OK;
 }

@@ -34,12 +34,20 @@ struct fsdp_stream {
     uint64_t retired;           // tag of the last one completed (tags complete in order)
     fsdp_status err;            // the first failure found where no status could be returned (a kernel)
     char err_msg[DEV_ERR_MSG];  // its message, returned by the stream's next call that returns a status
+    // CUDA device only (device_cuda.c): the native handles, and kernel scratch (scratch_bytes,)
+    void *cu, *cublas, *cublaslt;  // cudaStream_t, cublasHandle_t, cublasLtHandle_t
+    void *workspace;               // the cuBLAS workspace (device memory)
+    void *scratch;                 // (scratch_bytes,) device memory, fsdp_cuda_scratch
+    size_t scratch_bytes;
+    void *stage;                   // (stage_bytes,) pinned host memory the stream's collectives stage through
+    size_t stage_bytes;
 };
 
 struct fsdp_event {
     fsdp_dev *dev;
     fsdp_stream *stream;  // where it was last recorded; NULL: never recorded (complete)
     uint64_t tag;         // stream->started when it was recorded
+    void *cu;             // CUDA device: the cudaEvent_t
 };
 
 // Guard device memory: one reserved arena, PROT_NONE outside the layer's calls.
@@ -71,6 +79,14 @@ typedef struct {
     pthread_mutex_t lock;   // blocks, regions, depth
 } dev_guard;
 
+// CUDA device: one allocation, for accounting and freeing.
+typedef struct {
+    void *p;       // (bytes,) device memory (cudaMalloc) or pinned host memory (cudaHostAlloc)
+    size_t bytes;  // as requested (accounted)
+    int cat;       // fsdp_mem_category
+    int pinned;    // 1: host memory
+} dev_cuda_alloc_rec;
+
 typedef struct {
     void *p;                             // fsdp_alloc'ed
     uint64_t after[FSDP_STREAM_COUNT];   // freed once every stream has retired these tags
@@ -83,6 +99,10 @@ struct fsdp_dev {
     int n_deferred;
     dev_guard guard;  // FSDP_DEVICE_GUARD only
     int progress;     // poll collectives in flight between kernels (FSDP_COMM_PROGRESS, default on)
+    // CUDA device only (device_cuda.c)
+    int cuda_ordinal, cuda_sm_count;
+    dev_cuda_alloc_rec *cuda_allocs;  // (cuda_n_allocs,) live allocations
+    int cuda_n_allocs, cuda_cap_allocs;
 };
 
 // device.c: the stream bookkeeping.

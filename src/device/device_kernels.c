@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <stddef.h>
 
+#include "device/device_cuda_impl.h"
 #include "device/device_impl.h"
 #include "kernels/kernels.h"
 
@@ -149,6 +150,7 @@ static void build_tables(void) {
 }
 
 const struct fsdp_kernels *fsdp_dev_kernels(const fsdp_dev *d, int bf16) {
+    if (d->kind == FSDP_DEVICE_CUDA) return dev_cuda_kernels(bf16 != 0);
     pthread_once(&tables_once, build_tables);
     return &tables[d->kind == FSDP_DEVICE_GUARD][bf16 != 0];
 }

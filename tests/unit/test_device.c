@@ -43,7 +43,7 @@ static void test_open(void) {
     CHECK(fsdp_dev_open("xyz", &d) == FSDP_ERR_INVALID_ARG);
     CHECK(d == NULL);
     CHECK(strstr(fsdp_last_error(), "xyz") != NULL);
-    CHECK(strstr(fsdp_last_error(), "cpu or guard") != NULL);
+    CHECK(strstr(fsdp_last_error(), "cpu, guard, cuda or cuda:N") != NULL);
     CHECK(fsdp_dev_open("GUARD", &d) == FSDP_OK);  // case-insensitive
     CHECK(d && fsdp_dev_kind(d) == FSDP_DEVICE_GUARD && strcmp(fsdp_dev_name(d), "guard") == 0);
     CHECK(d && !fsdp_dev_host_addressable(d));
@@ -380,7 +380,7 @@ static void test_guard_faults(void) {
     // an invalid $FSDP_DEVICE aborts the default device's first use with a message naming it
     st = run_child(&(child_job){NULL, NULL, CHILD_DEFAULT_DEVICE}, err, sizeof err);
     CHECK(died_of(st, SIGABRT));
-    CHECK(strstr(err, "fsdp: FSDP_DEVICE=xyz: unknown device (expected cpu or guard)") != NULL);
+    CHECK(strstr(err, "fsdp: FSDP_DEVICE=xyz: unknown device (expected cpu, guard, cuda or cuda:N)") != NULL);
     fsdp_dev_close(g);
     fsdp_dev_close(cpu);
 }
