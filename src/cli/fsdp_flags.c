@@ -93,6 +93,10 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
                 return -1;
             }
             fsdp_dev_close(probe);
+            if (o->cpu_offload) {  // not a silent no-op: the GPU path does not move anything to the host yet
+                fprintf(stderr, "%s: --cpu-offload: not implemented on the cuda device yet (docs/cuda.md)\n", prog);
+                return -1;
+            }
         }
         setenv("FSDP_DEVICE", o->device, 1);  // read once, by the first fsdp_dev_default()
     }

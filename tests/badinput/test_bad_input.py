@@ -426,6 +426,12 @@ def train_cases(s, rng):
     good_args = TR_FLAGS + ["--init", init, "--input", inp]
 
     s.good(f"{b}: positive control (valid --init/--input)", b, good_args, targets, set(w))
+    # --device: a name that is no device, a CUDA ordinal that is no number or no GPU here (no GPU in CI;
+    # with CUDA in the build and a GPU, cuda:999 is still out of range), each a one-line error
+    s.bad(f"{b}: --device gpu", b, good_args + ["--device", "gpu"], ["--device", "gpu", "cuda:N"])
+    s.bad(f"{b}: --device cuda:x", b, good_args + ["--device", "cuda:x"], ["--device", "cuda:x", "unknown device"])
+    s.bad(f"{b}: --device cuda:999", b, good_args + ["--device", "cuda:999"],
+          ["--device cuda:999", ("no gpu", "no cuda", "only")])
     p = s.fix("tr_init_prefixed.safetensors")
     st_save(p, {"transformer." + k: v for k, v in w.items()})
     s.good(f"{b}: positive control (transformer. prefix)", b, TR_FLAGS + ["--init", p, "--input", inp],

@@ -3,6 +3,7 @@
 // on the same inputs, and compares. Without a CUDA build or a GPU the test exits 77 (ctest: skipped).
 #pragma once
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,4 +94,43 @@ static inline void cuda_test_fill(float *out, size_t n, unsigned seed, float lo,
         s = s * 6364136223846793005ull + 1442695040888963407ull;
         out[i] = lo + (hi - lo) * (float)((s >> 40) & 0xffffff) / 16777216.0f;
     }
+}
+
+// A label "[fp32] ..." or "[bf16] ..." (bf16: the table under test) and the case, for the compare lines:
+// a static buffer, valid to the next call.
+static inline const char *cuda_test_label(int bf16, const char *fmt, ...) {
+    static char buf[256];
+    int k = snprintf(buf, sizeof buf, "[%s] ", bf16 ? "bf16" : "fp32");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + k, sizeof buf - (size_t)k, fmt, ap);
+    va_end(ap);
+    return buf;
+}
+
+// Host floats (n,) in [lo, hi) (cuda_test_fill's), malloc'd.
+static inline float *cuda_test_rand(size_t n, unsigned seed, float lo, float hi) {
+    float *h = malloc(sizeof(float) * (n ? n : 1));
+    cuda_test_fill(h, n, seed, lo, hi);
+    return h;
+}
+
+// A malloc'd copy (n,) of host floats h (n,).
+static inline float *cuda_test_dup(const float *h, size_t n) {
+    float *d = malloc(sizeof(float) * (n ? n : 1));
+    memcpy(d, h, sizeof(float) * n);
+    return d;
+}
+
+// The same bytes in got and want (bytes,); a difference counts in test_failures.
+static inline void cuda_test_bytes(const char *what, const void *got, const void *want, size_t bytes) {
+    const unsigned char *g = got, *w = want;
+    for (size_t i = 0; i < bytes; i++)
+        if (g[i] != w[i]) {
+            fprintf(stderr, "FAIL %s: bytes differ from byte %zu of %zu (0x%02x vs 0x%02x)\n", what, i, bytes, g[i],
+                    w[i]);
+            test_failures++;
+            return;
+        }
+    if (bytes) printf("ok %s (%zu bytes, exact)\n", what, bytes);
 }

@@ -40,30 +40,9 @@ static int B;  // the table pair under test: 0 fp32, 1 bf16
 
 // ---- helpers ----
 
-// A label with the table and the case, for the compare lines (a static buffer, valid to the next call)
-static const char *label(const char *fmt, ...) {
-    static char buf[256];
-    int k = snprintf(buf, sizeof buf, "[%s] ", B ? "bf16" : "fp32");
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + k, sizeof buf - (size_t)k, fmt, ap);
-    va_end(ap);
-    return buf;
-}
-
-// host floats (n,) in [lo, hi), malloc'd
-static float *host_rand(size_t n, unsigned seed, float lo, float hi) {
-    float *h = malloc(sizeof(float) * (n ? n : 1));
-    cuda_test_fill(h, n, seed, lo, hi);
-    return h;
-}
-
-// host copy (n,) of host floats h (n,)
-static float *host_dup(const float *h, size_t n) {
-    float *d = malloc(sizeof(float) * (n ? n : 1));
-    memcpy(d, h, sizeof(float) * n);
-    return d;
-}
+#define label(...) cuda_test_label(B, __VA_ARGS__)  // "[fp32] ..." or "[bf16] ..." for the table under test
+#define host_rand cuda_test_rand
+#define host_dup cuda_test_dup
 
 // a reproducible 32-bit random number (state *s)
 static uint32_t next_u32(unsigned long long *s) {
@@ -118,18 +97,7 @@ static void check_double(const char *what, double got, double want, double atol,
     }
 }
 
-// the same bytes in got and want (bytes,)
-static void check_bytes(const char *what, const void *got, const void *want, size_t bytes) {
-    const unsigned char *g = got, *w = want;
-    for (size_t i = 0; i < bytes; i++)
-        if (g[i] != w[i]) {
-            fprintf(stderr, "FAIL %s: bytes differ from byte %zu of %zu (0x%02x vs 0x%02x)\n", what, i, bytes, g[i],
-                    w[i]);
-            test_failures++;
-            return;
-        }
-    if (bytes) printf("ok %s (%zu bytes, exact)\n", what, bytes);
-}
+#define check_bytes cuda_test_bytes
 
 // the device floats d (n,) still hold the host values h (n,) (an output that must not be written)
 static void check_untouched(const char *what, const float *d, const float *h, size_t n) {
