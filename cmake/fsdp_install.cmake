@@ -59,6 +59,11 @@ foreach(lib ${OPENBLAS_LIBRARY} ${MPI_C_LIBRARIES})
   list(APPEND fsdp_pc_deps "-L${dir}" "-l${name}")
 endforeach()
 list(APPEND fsdp_pc_deps ${MPI_C_LINK_FLAGS} ${OpenMP_C_FLAGS} -lm)
+if(FSDP_HAVE_CUDA)  # the CUDA device: its runtime (cuBLAS is loaded at run time, not linked: cuda_blas.c),
+  # dlopen, and the C++ runtime the CUDA kernels' objects call (static guards, exception personality)
+  get_filename_component(fsdp_cudart_dir ${CUDA_cudart_LIBRARY} DIRECTORY)
+  list(APPEND fsdp_pc_deps "-L${fsdp_cudart_dir}" "-Wl,-rpath,${fsdp_cudart_dir}" -lcudart -lstdc++ -ldl)
+endif()
 if(FSDP_SANITIZE)  # a sanitized library links only into sanitized programs
   list(APPEND fsdp_pc_deps -fsanitize=address,undefined)
 endif()

@@ -85,9 +85,9 @@ const struct fsdp_kernels *dev_cuda_kernels(int bf16) {
 
 #else  // FSDP_HAVE_CUDA
 
-#include <cublasLt.h>
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
+
+#include "device/cuda_blas.h"
 
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 
@@ -140,25 +140,22 @@ fsdp_status dev_cuda_open(fsdp_dev *d, int ordinal) {
     CU_TRY(cudaDeviceGetAttribute(&d->cuda_sm_count, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     const char *tf32 = getenv("FSDP_ALLOW_TF32");
     int allow_tf32 = tf32 && *tf32 && strcmp(tf32, "0") != 0;
+    const fsdp_cublas_api *blas = fsdp_cublas();  // loaded here, by the first CUDA device (cuda_blas.h)
+    if (!blas) return FSDP_ERR_INTERNAL;            // the reason is the last error
     for (int i = 0; i < FSDP_STREAM_COUNT; i++) {
         fsdp_stream *s = &d->streams[i];
         cudaStream_t cs;
         CU_TRY(cudaStreamCreateWithFlags(&cs, cudaStreamNonBlocking), "cudaStreamCreate");
         s->cu = cs;
         cublasHandle_t h;
-        cublasStatus_t bs = cublasCreate(&h);
+        cublasStatus_t bs = blas->create(&h);
         if (bs != CUBLAS_STATUS_SUCCESS)
-            return fsdp_error(FSDP_ERR_INTERNAL, "device cuda: cublasCreate: %s", cublasGetStatusString(bs));
+            return fsdp_error(FSDP_ERR_INTERNAL, "device cuda: cublasCreate: %s", blas->status_string(bs));
         s->cublas = h;
-        cublasSetStream(h, cs);
-        cublasSetMathMode(h, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
+        blas->set_stream(h, cs);
+        blas->set_math_mode(h, allow_tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
         CU_TRY(cudaMalloc(&s->workspace, CUDA_WORKSPACE_BYTES), "cudaMalloc (cuBLAS workspace)");
-        cublasSetWorkspace(h, s->workspace, CUDA_WORKSPACE_BYTES);
-        cublasLtHandle_t lt;
-        bs = cublasLtCreate(&lt);
-        if (bs != CUBLAS_STATUS_SUCCESS)
-            return fsdp_error(FSDP_ERR_INTERNAL, "device cuda: cublasLtCreate: %s", cublasGetStatusString(bs));
-        s->cublaslt = lt;
+        blas->set_workspace(h, s->workspace, CUDA_WORKSPACE_BYTES);
     }
     return FSDP_OK;
 }
@@ -168,13 +165,12 @@ void dev_cuda_close(fsdp_dev *d) {
     for (int i = 0; i < FSDP_STREAM_COUNT; i++) {
         fsdp_stream *s = &d->streams[i];
         if (s->cu) cudaStreamSynchronize((cudaStream_t)s->cu);
-        if (s->cublas) cublasDestroy((cublasHandle_t)s->cublas);
-        if (s->cublaslt) cublasLtDestroy((cublasLtHandle_t)s->cublaslt);
+        if (s->cublas) fsdp_cublas_loaded()->destroy((cublasHandle_t)s->cublas);  // made only once loaded
         if (s->workspace) cudaFree(s->workspace);
         if (s->scratch) cudaFree(s->scratch), fsdp_mem_track(FSDP_MEM_WORKSPACE, s->scratch_bytes, -1);
         if (s->stage) cudaFreeHost(s->stage), fsdp_mem_track(FSDP_MEM_COMM, s->stage_bytes, -1);
         if (s->cu) cudaStreamDestroy((cudaStream_t)s->cu);
-        s->cu = s->cublas = s->cublaslt = s->workspace = s->scratch = s->stage = NULL;
+        s->cu = s->cublas = s->workspace = s->scratch = s->stage = NULL;
         s->scratch_bytes = s->stage_bytes = 0;
     }
     for (int i = 0; i < d->cuda_n_allocs; i++) {
@@ -372,7 +368,6 @@ const struct fsdp_kernels *dev_cuda_kernels(int bf16) { return fsdp_kernels_cuda
 
 void *fsdp_cuda_stream_handle(fsdp_stream *s) { return s->cu; }
 void *fsdp_cuda_cublas_handle(fsdp_stream *s) { return s->cublas; }
-void *fsdp_cuda_cublaslt_handle(fsdp_stream *s) { return s->cublaslt; }
 void *fsdp_cuda_workspace(fsdp_stream *s) { return s->workspace; }
 size_t fsdp_cuda_workspace_bytes(void) { return CUDA_WORKSPACE_BYTES; }
 int fsdp_cuda_sm_count(fsdp_stream *s) { return s->dev->cuda_sm_count; }
@@ -410,8 +405,9 @@ static int sync_each_kernel(void) {
 
 void fsdp_cuda_check(fsdp_stream *s, const char *what, int library_status) {
     if (library_status != 0) {
+        const fsdp_cublas_api *blas = fsdp_cublas_loaded();  // a cuBLAS status: cuBLAS is loaded
         note(s, fsdp_error(FSDP_ERR_INTERNAL, "device cuda: %s: library status %d (%s)", what, library_status,
-                           cublasGetStatusString((cublasStatus_t)library_status)));
+                           blas ? blas->status_string((cublasStatus_t)library_status) : "cuBLAS not loaded"));
         return;
     }
     cudaError_t e = cudaGetLastError();

@@ -12,15 +12,14 @@ extern "C" {
 
 // The stream's cudaStream_t (as void *: this header is included from C without the CUDA headers).
 void *fsdp_cuda_stream_handle(fsdp_stream *s);
-// The stream's cublasHandle_t and cublasLtHandle_t, bound to that stream, math mode set by the device
-// (TF32 off unless --allow-tf32 / FSDP_ALLOW_TF32=1).
+// The stream's cublasHandle_t, bound to that stream, math mode set by the device (TF32 off unless
+// --allow-tf32 / FSDP_ALLOW_TF32=1). Call cuBLAS through fsdp_cublas() (device/cuda_blas.h).
 void *fsdp_cuda_cublas_handle(fsdp_stream *s);
-void *fsdp_cuda_cublaslt_handle(fsdp_stream *s);
 // Device memory of at least `bytes` bytes that kernels on s may use as temporaries (its contents do not
 // survive to the next kernel call). Grows when asked for more (waiting for s's work first). 256-byte
 // aligned. NULL (and the error noted on s) when out of memory.
 void *fsdp_cuda_scratch(fsdp_stream *s, size_t bytes);
-// The cuBLASLt workspace of s: fsdp_cuda_workspace_bytes() bytes of device memory.
+// The cuBLAS workspace of s: fsdp_cuda_workspace_bytes() bytes of device memory.
 void *fsdp_cuda_workspace(fsdp_stream *s);
 size_t fsdp_cuda_workspace_bytes(void);
 // After a kernel launch or a library call: when the launch failed (cudaGetLastError) or status != 0 (a

@@ -35,7 +35,7 @@ struct fsdp_stream {
     fsdp_status err;            // the first failure found where no status could be returned (a kernel)
     char err_msg[DEV_ERR_MSG];  // its message, returned by the stream's next call that returns a status
     // CUDA device only (device_cuda.c): the native handles, and kernel scratch (scratch_bytes,)
-    void *cu, *cublas, *cublaslt;  // cudaStream_t, cublasHandle_t, cublasLtHandle_t
+    void *cu, *cublas;  // cudaStream_t, cublasHandle_t
     void *workspace;               // the cuBLAS workspace (device memory)
     void *scratch;                 // (scratch_bytes,) device memory, fsdp_cuda_scratch
     size_t scratch_bytes;

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "cuda_common.cuh"
+#include "device/cuda_blas.h"
 
 namespace {
 
@@ -99,10 +100,11 @@ void col_sums(fsdp_stream *st, float *dbias, const float *x, int rows, int cols,
 // ldb; both of cuBLAS type `type` (CUDA_R_32F or CUDA_R_16BF); C fp32; fp32 accumulation. M, N, K > 0.
 void cublas_gemm(fsdp_stream *st, const char *what, int trans_a, int trans_b, int M, int N, int K, float alpha,
                  const void *A, int lda, const void *B, int ldb, cudaDataType_t type, float beta, float *C, int ldc) {
-    cublasHandle_t h = (cublasHandle_t)fsdp_cuda_cublas_handle(st);
-    cublasStatus_t s = cublasGemmEx(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M,
-                                    K, &alpha, B, type, ldb, A, type, lda, &beta, C, CUDA_R_32F, ldc,
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cublasHandle_t h = (cublasHandle_t)fsdp_cuda_cublas_handle(st);  // made after cuBLAS was loaded
+    cublasStatus_t s = fsdp_cublas_loaded()->gemm_ex(h, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                                     trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, type, ldb,
+                                                     A, type, lda, &beta, C, CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F,
+                                                     CUBLAS_GEMM_DEFAULT);
     fsdp_cuda_check(st, what, (int)s);
 }
 
