@@ -17,7 +17,7 @@ static char why[512];        // the failure, when not loaded
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 // *slot = the symbol `name` of lib; 0 (with why set) when it is missing
-static int bind(void *lib, const char *name, void *slot, size_t slot_size) {
+static int bind_symbol(void *lib, const char *name, void *slot, size_t slot_size) {
     void *sym = dlsym(lib, name);
     if (!sym) {
         snprintf(why, sizeof why, "cuBLAS lacks %s (%s)", name, dlerror());
@@ -27,7 +27,7 @@ static int bind(void *lib, const char *name, void *slot, size_t slot_size) {
     return 1;
 }
 
-#define BIND(lib, name, field) bind(lib, name, &api.field, sizeof api.field)
+#define BIND(lib, name, field) bind_symbol(lib, name, &api.field, sizeof api.field)
 
 static void load(void) {
     const char *tried[] = {FSDP_CUBLAS_SONAME, FSDP_CUBLAS_PATH};
