@@ -137,7 +137,6 @@ fsdp_status dev_cuda_open(fsdp_dev *d, int ordinal) {
                           count, count == 1 ? " is" : "s are", count - 1);
     CU_TRY(cudaSetDevice(ordinal), "cudaSetDevice");
     d->cuda_ordinal = ordinal;
-    CU_TRY(cudaDeviceGetAttribute(&d->cuda_sm_count, cudaDevAttrMultiProcessorCount, ordinal), "cudaDeviceGetAttribute");
     const char *tf32 = getenv("FSDP_ALLOW_TF32");
     int allow_tf32 = tf32 && *tf32 && strcmp(tf32, "0") != 0;
     const fsdp_cublas_api *blas = fsdp_cublas();  // loaded here, by the first CUDA device (cuda_blas.h)
@@ -368,9 +367,6 @@ const struct fsdp_kernels *dev_cuda_kernels(int bf16) { return fsdp_kernels_cuda
 
 void *fsdp_cuda_stream_handle(fsdp_stream *s) { return s->cu; }
 void *fsdp_cuda_cublas_handle(fsdp_stream *s) { return s->cublas; }
-void *fsdp_cuda_workspace(fsdp_stream *s) { return s->workspace; }
-size_t fsdp_cuda_workspace_bytes(void) { return CUDA_WORKSPACE_BYTES; }
-int fsdp_cuda_sm_count(fsdp_stream *s) { return s->dev->cuda_sm_count; }
 
 void *fsdp_cuda_scratch(fsdp_stream *s, size_t bytes) {
     if (bytes <= s->scratch_bytes) return s->scratch;

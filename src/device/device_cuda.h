@@ -19,15 +19,10 @@ void *fsdp_cuda_cublas_handle(fsdp_stream *s);
 // survive to the next kernel call). Grows when asked for more (waiting for s's work first). 256-byte
 // aligned. NULL (and the error noted on s) when out of memory.
 void *fsdp_cuda_scratch(fsdp_stream *s, size_t bytes);
-// The cuBLAS workspace of s: fsdp_cuda_workspace_bytes() bytes of device memory.
-void *fsdp_cuda_workspace(fsdp_stream *s);
-size_t fsdp_cuda_workspace_bytes(void);
 // After a kernel launch or a library call: when the launch failed (cudaGetLastError) or status != 0 (a
 // cuBLAS status), the failure naming `what` is noted on s and returned by s's next call that returns a
 // status. what: the kernel's name.
 void fsdp_cuda_check(fsdp_stream *s, const char *what, int library_status);
-// Number of multiprocessors of the stream's GPU (for grid sizing).
-int fsdp_cuda_sm_count(fsdp_stream *s);
 
 // The kernel tables of the CUDA device (kernels/cuda/table.cu): fp32, and bf16 mixed precision.
 struct fsdp_kernels;

@@ -100,7 +100,7 @@ struct fsdp_dev {
     dev_guard guard;  // FSDP_DEVICE_GUARD only
     int progress;     // poll collectives in flight between kernels (FSDP_COMM_PROGRESS, default on)
     // CUDA device only (device_cuda.c)
-    int cuda_ordinal, cuda_sm_count;
+    int cuda_ordinal;
     dev_cuda_alloc_rec *cuda_allocs;  // (cuda_n_allocs,) live allocations
     int cuda_n_allocs, cuda_cap_allocs;
 };
