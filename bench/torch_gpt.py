@@ -13,6 +13,7 @@ scaled_dot_product_attention).
 
   /usr/bin/python3 bench/torch_gpt.py --threads 2 --steps 3
   /usr/bin/python3 bench/torch_gpt.py --ddp --steps 3     # 2 gloo ranks, 1 thread each
+  python3 bench/torch_gpt.py --device cuda --bf16 --attention sdpa ...   # one GPU (scripts/gpu-check.sh)
 
 Prints `ms_per_step X` and `tokens_per_s Y` (global tokens per second), timed
 over --steps steps after --warmup warm-up steps.
@@ -44,7 +45,12 @@ def parse_args(argv=None):
                    help="2 processes, gloo DDP, batch/2 per rank, 1 thread per rank")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--bf16", action="store_true",
-                   help="torch.autocast('cpu', dtype=torch.bfloat16) around the forward (bf16 matmuls via oneDNN)")
+                   help="torch.autocast(device, dtype=torch.bfloat16) around the forward (bf16 matmuls)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"),
+                   help="cuda: one GPU, the model and data on it, timed between torch.cuda.synchronize() calls")
+    p.add_argument("--attention", default="math", choices=("math", "sdpa"),
+                   help="math: written out (QK^T, mask, softmax, PV); sdpa: F.scaled_dot_product_attention "
+                        "(flash attention where the build has it; torch 2.x)")
     return p.parse_args(argv)
 
 
@@ -75,8 +81,11 @@ def build_model(args):
             q = q.view(B, Tt, H, C // H).transpose(1, 2)
             k = k.view(B, Tt, H, C // H).transpose(1, 2)
             v = v.view(B, Tt, H, C // H).transpose(1, 2)
+            if args.attention == "sdpa":
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+                return self.c_proj(y.transpose(1, 2).contiguous().view(B, Tt, C))
             att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
-            att = att.masked_fill(~self.mask[:, :, :Tt, :Tt], float("-inf"))
+            att = att.masked_fill(~self.mask[:, :, :Tt, :Tt].to(att.device), float("-inf"))
             att = F.softmax(att, dim=-1)
             y = (att @ v).transpose(1, 2).contiguous().view(B, Tt, C)
             return self.c_proj(y)
@@ -133,7 +142,7 @@ def train(args, rank=0, world=1):
     """Runs warm-up + timed steps; returns (seconds per timed step, n_params)."""
     import torch
     torch.manual_seed(args.seed)  # same init on every rank
-    model = build_model(args)
+    model = build_model(args).to(args.device)
     n_params = sum(p.numel() for p in model.parameters())
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
@@ -142,8 +151,8 @@ def train(args, rank=0, world=1):
     g = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)
 
     def step():
-        data = torch.randint(0, args.vocab, (B, args.seq + 1), generator=g)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+        data = torch.randint(0, args.vocab, (B, args.seq + 1), generator=g).to(args.device)
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.bf16):
             loss = model(data[:, :-1], data[:, 1:])
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -152,11 +161,14 @@ def train(args, rank=0, world=1):
 
     for _ in range(args.warmup):
         step()
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     if world > 1:
         torch.distributed.barrier()
+    sync()
     t0 = time.perf_counter()
     for _ in range(args.steps):
         step()
+    sync()
     if world > 1:
         torch.distributed.barrier()
     dt = (time.perf_counter() - t0) / args.steps
@@ -207,7 +219,8 @@ def main():
     else:
         torch.set_num_threads(args.threads)
         dt, n_params = train(args)
-        cfg = f"{args.threads} thread(s)"
+        cfg = f"{args.threads} thread(s)" if args.device == "cpu" else f"1 GPU ({torch.cuda.get_device_name()})"
+        cfg += f", attention {args.attention}" + (", bf16 autocast" if args.bf16 else "")
     tokens = args.batch * args.seq
     print(f"config torch {torch.__version__} gpt2 L{args.layers} C{args.d_model} H{args.heads} "
           f"V{args.vocab} T{args.seq} B{args.batch}, {cfg}, {n_params} parameters")

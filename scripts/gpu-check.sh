@@ -6,7 +6,9 @@
 #   1. the gpu-labelled tests: every CUDA kernel against the CPU kernel on the same inputs
 #   2. fsdp-train on the GPU against the CPU, fp32 and bf16 (losses and gradient norms per step)
 #   3. 2 ranks on the one GPU (collectives staged through host memory) against 1 rank
-#   4. GPT-2 124M shapes in bf16 on the GPU: tokens/s and MFU against the H200's dense bf16 peak
+#   4. GPT-2 124M shapes in bf16 on the GPU: tokens/s and MFU against the H200's dense bf16 peak, and
+#      PyTorch (eager, bf16 autocast) on the same GPU and shapes in the same run
+#   5. with GPU_CHECK_NCU=1 and Nsight Compute there: one such step's GPU time by kernel
 # Exit 0 when steps 1-3 pass. Each step has its own time limit, so a hang costs one step, not the run.
 set -u
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -88,6 +90,31 @@ L, C, T, V = 12, 768, 1024, 50257
 N = V * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 flops = 6 * N + 12 * L * T * C
 print(f"speed: GPT-2 124M bf16, 1 GPU: {tok:,.0f} tok/s, {tok * flops / 1e12:.1f} TFLOP/s, MFU {100 * tok * flops / 989e12:.1f}% of 989 TFLOP/s")
+open(sys.argv[1] + ".tok", "w").write(f"{tok}\n")
 EOF
+# 4b. PyTorch on the same GPU, same shapes and precision (bf16 autocast), eager: attention written out
+# (the same math) and F.scaled_dot_product_attention (flash attention); fsdp.c's tokens/s over each
+for att in math sdpa; do
+    timeout 300 python3 "$here/bench/torch_gpt.py" --device cuda --bf16 --attention $att --layers 12 --d-model 768 \
+        --heads 12 --seq 1024 --vocab 50257 --batch 8 --warmup 2 --steps 5 >"$out/torch_$att.out" 2>&1
+    python3 - "$out/gpt2_124m.jsonl.tok" "$out/torch_$att.out" "$att" <<'EOF' | tee -a "$summary"
+import sys
+try:
+    ours = float(open(sys.argv[1]).read())
+    theirs = [float(l.split()[1]) for l in open(sys.argv[2]) if l.startswith("tokens_per_s")][0]
+    print(f"speed: PyTorch eager bf16, attention {sys.argv[3]}: {theirs:,.0f} tok/s; fsdp.c / PyTorch {ours / theirs:.2f}x")
+except (OSError, IndexError, ValueError, ZeroDivisionError) as e:
+    print(f"speed: PyTorch attention {sys.argv[3]}: no figure ({e.__class__.__name__}; see torch_{sys.argv[3]}.out)")
+EOF
+done
+# 5. (GPU_CHECK_NCU=1) where one step's GPU time goes: every kernel of one GPT-2 124M bf16 step timed by
+# Nsight Compute (one replay per kernel, clocks left alone), summed by kernel name. Informational.
+ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
+if [ "${GPU_CHECK_NCU:-0}" = 1 ] && [ -n "$ncu_bin" ]; then
+    timeout 300 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+        "$bin/fsdp-train" --device cuda --layers 12 --d-model 768 --heads 12 --seq 1024 --vocab 50257 --batch 8 \
+        --steps 1 --mixed-precision bf16 >"$out/ncu_step.csv" 2>"$out/ncu_step.err"
+    python3 "$here/scripts/gpu_kernel_times.py" "$out/ncu_step.csv" 2>&1 | tee -a "$summary"
+fi
 say "failures: $fails"
 [ $fails -eq 0 ]

@@ -1,7 +1,9 @@
 // device_comm.c: collectives on streams (device_comm.h). The CPU device keeps the nonblocking ones in
 // flight on the stream (device_impl.h); the guard device runs them inside one enter/leave; the CUDA
 // device stages them through pinned host memory (the stream's work first, the bytes to the host, the
-// host collective, the result back), complete when the call returns.
+// host collective, the result back), complete when the call returns; with one rank in the group a
+// collective is the identity and stays on the stream (a device copy where recv is not send; nothing
+// else), as NCCL's would: no host round trip, no synchronization.
 #include <stdio.h>
 
 #include "device/device_comm.h"
@@ -9,6 +11,15 @@
 #include "device/device_impl.h"
 
 static int on_cuda(const fsdp_stream *s) { return s->dev->kind == FSDP_DEVICE_CUDA; }
+
+// CUDA and a group of one: the collective's result is its input
+static int cuda_alone(const fsdp_stream *s, const fsdp_comm *c) { return on_cuda(s) && fsdp_comm_size(c) == 1; }
+
+// CUDA, a group of one: recv (bytes,) = send (bytes,) after s's work so far (nothing when they are one)
+static fsdp_status identity(fsdp_stream *s, const void *send, void *recv, size_t bytes) {
+    if (send == recv || bytes == 0) return dev_cuda_stream_status(s);
+    return dev_cuda_copy(s, recv, send, bytes);
+}
 
 // CUDA: pinned host memory *in (in_bytes,) followed by *out (out_bytes,) (256-byte aligned), *in holding
 // dev_in (in_bytes,) after s's work so far.
@@ -46,6 +57,7 @@ static fsdp_status done_guarded(fsdp_stream *s, fsdp_status st) {
 
 fsdp_status fsdp_dev_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
     size_t bytes = count * fsdp_dtype_size(dt), all = bytes * (size_t)fsdp_comm_size(c);
+    if (cuda_alone(s, c)) return identity(s, send, recv, bytes);
     if (on_cuda(s)) {  // staged in place: the send at this rank's place in the host recv
         unsigned char *hrecv = dev_cuda_stage(s, all);  // (all,)
         if (!hrecv) return FSDP_ERR_NOMEM;
@@ -78,6 +90,7 @@ fsdp_status fsdp_dev_all_gather_shared(fsdp_stream *s, fsdp_comm *c, const void 
 fsdp_status fsdp_dev_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
                                     fsdp_dtype dt, fsdp_reduce_op op) {
     size_t bytes = count * fsdp_dtype_size(dt), all = bytes * (size_t)fsdp_comm_size(c);
+    if (cuda_alone(s, c)) return identity(s, send, recv, bytes);  // a sum, mean, max or min of one
     if (on_cuda(s)) {
         unsigned char *hsend, *hrecv;
         FSDP_CHECK(stage_in(s, send, all, bytes, &hsend, &hrecv));
@@ -94,6 +107,7 @@ fsdp_status fsdp_dev_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *se
 
 fsdp_status fsdp_dev_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
     size_t bytes = count * fsdp_dtype_size(dt);
+    if (cuda_alone(s, c)) return identity(s, buf, buf, bytes);
     if (on_cuda(s)) {
         unsigned char *h, *unused;
         FSDP_CHECK(stage_in(s, buf, bytes, 0, &h, &unused));
@@ -110,6 +124,7 @@ fsdp_status fsdp_dev_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t 
 
 fsdp_status fsdp_dev_broadcast(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root) {
     size_t bytes = count * fsdp_dtype_size(dt);
+    if (cuda_alone(s, c)) return identity(s, buf, buf, bytes);
     if (on_cuda(s)) {
         unsigned char *h, *unused;
         FSDP_CHECK(stage_in(s, buf, bytes, 0, &h, &unused));

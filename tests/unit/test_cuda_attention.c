@@ -147,7 +147,7 @@ static void test_empty(int bf16) {
 int main(void) {
     cuda_test_open(&T);
     static const int SHAPES[][3] = {{3, 2, 8}, {2, 3, 24}, {2, 2, 64}, {1, 2, 128}, {1, 1, 256}};  // (B, H, hd)
-    static const int TS[] = {1, 5, 67, 300};
+    static const int TS[] = {1, 5, 67, 128, 300};  // 128: whole 64-row tiles of the tiled kernels
     static const float PS[] = {0.0f, 0.1f};
     unsigned seed = 1;
     for (int bf16 = 0; bf16 < 2; bf16++) {

@@ -31,56 +31,25 @@
 // maximum, as the CPU's key blocks); dP' = round(dO) . round(v); dq += round(scale dS) round(k);
 // dk += round(scale dS) round(q); dv += round(dropout(P)) round(dO). The softmax, D and dS stay fp32.
 //
-// Head dims up to kMaxHd (256); larger ones (or C % H != 0) note an error on the stream and compute
+// Head dims 64 and 128 go to the tiled kernels of attention_tiles_cuda.cu (the same results, each K and V
+// row read once per 64 query rows); these row kernels take the others. Head dims up to kMaxHd (256); larger ones (or C % H != 0) note an error on the stream and compute
 // nothing.
 #include <cublas_v2.h>
 #include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "cuda_common.cuh"
+#include "attention_cuda.cuh"
 
 namespace {
+
+using namespace cuattn;
 
 constexpr int kThreads = 256;             // threads per block (8 warps)
 constexpr int kWarps = kThreads / 32;     // warps per block
 constexpr int kTile = 256;                // keys (forward, dq) or queries (dk, dv) per tile: attention.c's ATT_BC
 constexpr int kMaxHd = kThreads;          // largest head dim: thread c < hd holds column c of the output row
 constexpr unsigned kRowdotThreads = 256;  // threads per block of the D kernel
-
-// What the kernels need of fsdp_attention_dims, plus the derived constants
-struct Args {
-    int T, H, C, hd;
-    int64_t stride_b, stride_t;  // rows: token (b, t) at b * stride_b + t * stride_t
-    int causal;
-    int dropout;                 // dropout_p > 0
-    float p;                     // dropout_p
-    float keep;                  // the scale of kept values: 1 / (1 - p) (0 for p >= 1), as cpu_dropout_range
-    float scale;                 // softmax scale 1 / sqrt(hd), as attention.c
-    fsdp_rng rng;
-};
-
-// an operand of a product: rounded to bf16 in the bf16 table
-template <bool kB16>
-__device__ __forceinline__ float opnd(float x) {
-    if (kB16) return cu_round_bf16(x);
-    return x;
-}
-
-// row index of token (b, t)
-__device__ __forceinline__ size_t token_row(const Args &a, int b, int t) {
-    return (size_t)((int64_t)b * a.stride_b + (int64_t)t * a.stride_t);
-}
-
-// index of probability (i, j) of pair bh in the dropout stream
-__device__ __forceinline__ uint64_t drop_index(const Args &a, int bh, int i, int j) {
-    return ((uint64_t)bh * (uint64_t)a.T + (uint64_t)i) * (uint64_t)a.T + (uint64_t)j;
-}
-
-// probability (i, j) kept by the dropout (only called when a.dropout)
-__device__ __forceinline__ bool kept(const Args &a, int bh, int i, int j) {
-    return cu_uniform_at(a.rng, drop_index(a, bh, i, j)) >= a.p;
-}
 
 // butterfly sum / maximum over a warp: every lane gets the same bits
 __device__ __forceinline__ float warp_sum(float v) {
@@ -342,7 +311,7 @@ bool make_args(fsdp_stream *st, const fsdp_attention_dims *d, const char *what, 
         fsdp_cuda_check(st, what, (int)CUBLAS_STATUS_NOT_SUPPORTED);  // head dim over 256, C % H, or too many rows
         return false;
     }
-    a->T = d->T, a->H = d->H, a->C = d->C, a->hd = hd;
+    a->B = d->B, a->T = d->T, a->H = d->H, a->C = d->C, a->hd = hd;
     a->stride_b = d->stride_b, a->stride_t = d->stride_t;
     a->causal = d->causal;
     a->dropout = d->dropout_p > 0.0f;
@@ -359,6 +328,10 @@ void t_attention_forward(fsdp_stream *st, float *out, float *stats, const float 
     Args a;
     unsigned blocks;
     if (!make_args(st, d, "attention_forward (head dim over 256 or C % H != 0)", &a, &blocks)) return;
+    if (tiles_fit(a)) {  // head dims 64 and 128: attention_tiles_cuda.cu
+        tiles_forward(st, kB16, out, stats, qkv, a);
+        return;
+    }
     k_attention_forward<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(out, stats, qkv, a);
     CU_LAUNCHED(st, "attention_forward");
 }
@@ -374,6 +347,10 @@ void t_attention_backward(fsdp_stream *st, float *dqkv, const float *dout, const
     k_attention_rowdot<<<cu_blocks(blocks, kRowdotThreads), kRowdotThreads, 0, cu_stream(st)>>>(dd, dout, out, a,
                                                                                                 (size_t)blocks);
     CU_LAUNCHED(st, "attention_backward (dO . O)");
+    if (tiles_fit(a)) {
+        tiles_backward(st, kB16, dqkv, dout, qkv, stats, dd, a);
+        return;
+    }
     k_attention_dq<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a);
     CU_LAUNCHED(st, "attention_backward (dq)");
     k_attention_dkdv<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a);

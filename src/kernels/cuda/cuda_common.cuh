@@ -19,6 +19,10 @@ static inline unsigned cu_blocks(size_t n, unsigned threads) {
     return b ? (unsigned)b : 1u;
 }
 
+// dbias (cols,) += the column sums of x (rows, cols) dense, each summed from zero in row order and then
+// added (cpu_bias_backward's bits); rows <= 0 adds zero sums (gemm_cuda.cu).
+void cu_col_sums_in_order(fsdp_stream *st, float *dbias, const float *x, int rows, int cols, const char *what);
+
 // Checks the launch just made (kernel name `what`).
 #define CU_LAUNCHED(st, what) fsdp_cuda_check((st), (what), 0)
 

@@ -15,8 +15,8 @@
 //
 // As the CPU: M or N <= 0 computes nothing; K <= 0 or alpha == 0 makes C = beta * C (beta 0 writes
 // zeros, whatever C held; the operands are not read); the bias forms fill C's rows with the bias and
-// multiply with beta 1; the dbias forms add dout's column sums (one thread per column summing rows in
-// order from zero, then added: cpu_bias_backward's bits) whenever K > 0, even where the product is empty.
+// multiply with beta 1; the dbias forms add dout's column sums (each summed in row order from zero, then
+// added: cpu_bias_backward's bits; cu_col_sums_in_order) whenever K > 0, even where the product is empty.
 #include <cublas_v2.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -44,6 +44,19 @@ __global__ void k_round_bf16(uint16_t *dst, const float *src, int rows, int cols
     }
 }
 
+// k_round_bf16 four columns at a time: cols and ld multiples of 4, src 16-byte aligned, rows * cols / 4
+// under 2^32 (32-bit index arithmetic). dst: (rows, cols) dense; src: (rows, ld).
+__global__ void k_round_bf16_x4(uint16_t *dst, const float *src, int rows, int cols, int ld, float scale) {
+    const unsigned q = (unsigned)cols / 4u, n = (unsigned)rows * q;  // float4s per row, in all
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const unsigned r = i / q, c = (i - r * q) * 4u;
+        const float4 v = *reinterpret_cast<const float4 *>(src + (size_t)r * (size_t)ld + c);
+        const uint2 w = {(uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.x)) | (uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.y)) << 16,
+                         (uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.z)) | (uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.w)) << 16};
+        *reinterpret_cast<uint2 *>(dst + (size_t)r * (size_t)cols + c) = w;
+    }
+}
+
 // C (M, N) with leading dimension ldc = beta * C; beta 0 writes zeros (NaN in C ignored: cpu_scale_rows)
 __global__ void k_scale_rows(float *C, int M, int N, int ldc, float beta) {
     size_t n = (size_t)M * (size_t)N;
@@ -60,16 +73,6 @@ __global__ void k_fill_rows(float *C, const float *bias, int M, int N, int ldc) 
     GRID_STRIDE(i, n) {
         size_t r = i / (size_t)N, c = i % (size_t)N;
         C[r * (size_t)ldc + c] = bias[c];
-    }
-}
-
-// dbias (cols,) += column sums of x (rows, cols) dense: one thread per column summing rows in order from
-// zero, then added (cpu_bias_backward's order, so the same bits; no atomics)
-__global__ void k_col_sums(float *dbias, const float *x, int rows, int cols) {
-    GRID_STRIDE(c, (size_t)cols) {
-        float acc = 0.0f;
-        for (int r = 0; r < rows; r++) acc = __fadd_rn(acc, x[(size_t)r * (size_t)cols + c]);
-        dbias[c] = __fadd_rn(dbias[c], acc);
     }
 }
 
@@ -91,7 +94,17 @@ void scale_rows(fsdp_stream *st, float *C, int M, int N, int ldc, float beta) {
 // only when K > 0), cols <= 0 or dbias is NULL
 void col_sums(fsdp_stream *st, float *dbias, const float *x, int rows, int cols, const char *what) {
     if (!dbias || rows <= 0 || cols <= 0) return;
-    k_col_sums<<<cu_blocks((size_t)cols, kThreads), kThreads, 0, cu_stream(st)>>>(dbias, x, rows, cols);
+    cu_col_sums_in_order(st, dbias, x, rows, cols, what);
+}
+
+// dst (rows, cols) dense = bf16 of scale * src (rows, cols) with leading dimension ld
+void round_bf16(fsdp_stream *st, const char *what, uint16_t *dst, const float *src, int rows, int cols, int ld,
+                float scale) {
+    const size_t n = (size_t)rows * (size_t)cols;
+    if (cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)src & 15u) == 0 && n / 4 < 0xffffffffu)
+        k_round_bf16_x4<<<cu_blocks(n / 4, kThreads), kThreads, 0, cu_stream(st)>>>(dst, src, rows, cols, ld, scale);
+    else
+        k_round_bf16<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(dst, src, rows, cols, ld, scale);
     CU_LAUNCHED(st, what);
 }
 
@@ -142,18 +155,12 @@ void gemm_bf16_any(fsdp_stream *st, const char *what, int trans_a, int trans_b, 
     int a_ld = lda, b_ld = ldb;
     if (!a_bf16) {
         uint16_t *dst = (uint16_t *)scratch;  // (ar, ac) dense
-        size_t n = (size_t)ar * (size_t)ac;
-        k_round_bf16<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(dst, (const float *)A, ar, ac, lda,
-                                                                             alpha);
-        CU_LAUNCHED(st, what);
+        round_bf16(st, what, dst, (const float *)A, ar, ac, lda, alpha);
         a16 = dst, a_ld = ac, alpha = 1.0f;
     }
     if (!b_bf16) {
         uint16_t *dst = (uint16_t *)(scratch + a_bytes);  // (br, bc) dense
-        size_t n = (size_t)br * (size_t)bc;
-        k_round_bf16<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(dst, (const float *)B, br, bc, ldb,
-                                                                             1.0f);
-        CU_LAUNCHED(st, what);
+        round_bf16(st, what, dst, (const float *)B, br, bc, ldb, 1.0f);
         b16 = dst, b_ld = bc;
     }
     cublas_gemm(st, what, trans_a, trans_b, M, N, K, alpha, a16, a_ld, b16, b_ld, CUDA_R_16BF, beta, C, ldc);
@@ -237,4 +244,38 @@ extern "C" void fsdp_cuda_fill_gemm(struct fsdp_kernels *t, int bf16) {
     t->gemm_a16_b16_bias = t_gemm_a16_b16_bias;
     t->gemm_b16_dbias = t_gemm_b16_dbias;
     t->gemm_a16_dbias = t_gemm_a16_dbias;
+}
+
+// ---- column sums in row order (also the pointwise table's bias_backward) ----
+
+namespace {
+
+constexpr int kColRows = 256;  // rows per chunk of k_col_sums_in_order
+
+// dbias (cols,) = dbias + the column sums of x (rows, cols) dense, each summed from zero in row order (the
+// bits of one thread's serial loop, cpu_bias_backward's). One block of 256 threads per 32 columns: the 8
+// warps load a chunk of kColRows rows into shared memory (many loads in flight, each warp-row 128
+// coalesced bytes), then warp 0 adds them in order, lane l holding column l.
+__global__ void __launch_bounds__(256) k_col_sums_in_order(float *dbias, const float *x, int rows, int cols) {
+    __shared__ float chunk[kColRows][33];  // (kColRows, 32) rows of the block's columns, padded
+    const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
+    const int c = (int)blockIdx.x * 32 + lane;
+    float acc = 0.0f;
+    for (int r0 = 0; r0 < rows; r0 += kColRows) {
+        const int n = rows - r0 < kColRows ? rows - r0 : kColRows;
+        for (int r = warp; r < n; r += 8) chunk[r][lane] = c < cols ? x[(size_t)(r0 + r) * (size_t)cols + c] : 0.0f;
+        __syncthreads();
+        if (warp == 0)
+            for (int r = 0; r < n; r++) acc = __fadd_rn(acc, chunk[r][lane]);
+        __syncthreads();
+    }
+    if (warp == 0 && c < cols) dbias[c] = __fadd_rn(dbias[c], acc);
+}
+
+}  // namespace
+
+void cu_col_sums_in_order(fsdp_stream *st, float *dbias, const float *x, int rows, int cols, const char *what) {
+    if (cols <= 0) return;
+    k_col_sums_in_order<<<(unsigned)((cols + 31) / 32), 256, 0, cu_stream(st)>>>(dbias, x, rows < 0 ? 0 : rows, cols);
+    CU_LAUNCHED(st, what);
 }

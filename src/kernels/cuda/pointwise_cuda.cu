@@ -8,8 +8,8 @@
 // fuses. The reductions follow the CPU's order too: LayerNorm's row sums in 16 interleaved lanes added
 // in lane order (double for the statistics, float for the backward's means); the parameter gradients
 // summed over rows in order per column (layernorm_backward's in the CPU's blocks of rows, then the block
-// sums in order; bias_backward in one chain of N adds per column, latency-bound for large N: the price of
-// the CPU's order), no atomics, so the results are deterministic and the same bits as the CPU's. The
+// sums in order; bias_backward in one chain of N adds per column, fed from shared memory by the block's
+// other warps: cu_col_sums_in_order), no atomics, so the results are deterministic and the same bits as the CPU's. The
 // transcendental functions (erff, expf) are CUDA's, within a few ulp of glibc's (and of the CPU's AVX-512
 // exp in tanh GELU).
 // Dropout draws element i's uniform with cu_uniform_at (core/rng.c's Philox stream), so masks match.
@@ -171,16 +171,6 @@ __global__ void k_bias_add(float *out, const float *bias, size_t n, int C) {
 // out (N*C,) = row (C,) in every row
 __global__ void k_fill_rows(float *out, const float *row, size_t n, int C) {
     GRID_STRIDE(i, n) out[i] = row[i % (size_t)C];
-}
-
-// dbias (C,) += column sums of dout (N, C), one thread per column summing rows in order from 0
-__global__ void k_bias_backward(float *dbias, const float *dout, int N, int C) {
-    GRID_STRIDE(c, (size_t)C) {
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int r = 0; r < N; r++) acc = __fadd_rn(acc, dout[(size_t)r * C + c]);
-        dbias[c] = __fadd_rn(dbias[c], acc);
-    }
 }
 
 // dst (n,) = bf16 of src (n,)
@@ -487,8 +477,7 @@ void t_fill_rows(fsdp_stream *st, float *out, const float *row, int N, int C) {
 // N <= 0 still adds the (zero) sums, as the CPU's loop does
 void t_bias_backward(fsdp_stream *st, float *dbias, const float *dout, int N, int C) {
     if (C <= 0) return;
-    k_bias_backward<<<cu_blocks((size_t)C, kThreads), kThreads, 0, cu_stream(st)>>>(dbias, dout, N < 0 ? 0 : N, C);
-    CU_LAUNCHED(st, "bias_backward");
+    cu_col_sums_in_order(st, dbias, dout, N, C, "bias_backward");
 }
 
 void t_f32_to_bf16(fsdp_stream *st, fsdp_bf16 *dst, const float *src, size_t n) {
