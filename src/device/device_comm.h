@@ -13,6 +13,8 @@
 // (kernels: always). Until then their buffers must not be touched from another stream without an event.
 // broadcast and all_reduce_double run to completion.
 // Guard device: every collective runs to completion inside the call, with the device's memory open.
+// CUDA device: staged through pinned host memory, complete when the call returns; in a group of one rank
+// the identity (a device copy) enqueued on s, so another stream needs the event as above.
 #pragma once
 #include <stddef.h>
 

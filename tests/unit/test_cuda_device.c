@@ -121,6 +121,19 @@ static void check_table(cuda_test *t) {
     }
 }
 
+// bytes at src (device) to a new host buffer, read on t's compute stream after the work queued on s so
+// far (an event, as device_comm.h's contract asks of another stream: a collective in a group of one
+// stays on s and is not complete when its call returns)
+static void *download_after(cuda_test *t, fsdp_stream *s, const void *src, size_t bytes) {
+    fsdp_event *e = NULL;
+    CHECK(fsdp_event_create(t->gpu, &e) == FSDP_OK);
+    CHECK(fsdp_event_record(e, s) == FSDP_OK);
+    CHECK(fsdp_stream_wait_event(t->gs, e) == FSDP_OK);
+    void *h = cuda_test_download(t, src, bytes);
+    fsdp_event_destroy(e);
+    return h;
+}
+
 // Collectives over `world` on device buffers: values rank * 1000 + i, so every result is known.
 static void check_collectives(cuda_test *t, fsdp_comm *world) {
     const int rank = fsdp_comm_rank(world), size = fsdp_comm_size(world);
@@ -133,7 +146,7 @@ static void check_collectives(cuda_test *t, fsdp_comm *world) {
 
     // all-gather of each rank's first count values (out of place), then in place
     CHECK(fsdp_dev_all_gather(s, world, send, recv, count, FSDP_F32) == FSDP_OK);
-    float *got = cuda_test_download(t, recv, count * (size_t)size * sizeof(float));  // (size*count,)
+    float *got = download_after(t, s, recv, count * (size_t)size * sizeof(float));  // (size*count,)
     size_t bad = 0;
     for (int r = 0; r < size; r++)
         for (size_t i = 0; i < count; i++) bad += got[(size_t)r * count + i] != (float)(r * 1000 + (int)(i % 997));
@@ -142,7 +155,7 @@ static void check_collectives(cuda_test *t, fsdp_comm *world) {
     CHECK(fsdp_dev_memset(s, recv, 0, count * (size_t)size * sizeof(float)) == FSDP_OK);
     CHECK(fsdp_copy_d2d(s, recv + (size_t)rank * count, send, count * sizeof(float)) == FSDP_OK);
     CHECK(fsdp_dev_all_gather(s, world, recv + (size_t)rank * count, recv, count, FSDP_F32) == FSDP_OK);
-    got = cuda_test_download(t, recv, count * (size_t)size * sizeof(float));
+    got = download_after(t, s, recv, count * (size_t)size * sizeof(float));
     bad = 0;
     for (int r = 0; r < size; r++)
         for (size_t i = 0; i < count; i++) bad += got[(size_t)r * count + i] != (float)(r * 1000 + (int)(i % 997));
@@ -153,7 +166,7 @@ static void check_collectives(cuda_test *t, fsdp_comm *world) {
     for (int avg = 0; avg < 2; avg++) {
         CHECK(fsdp_dev_reduce_scatter(s, world, send, recv, count, FSDP_F32, avg ? FSDP_AVG : FSDP_SUM) ==
               FSDP_OK);
-        got = cuda_test_download(t, recv, count * sizeof(float));
+        got = download_after(t, s, recv, count * sizeof(float));
         bad = 0;
         for (size_t i = 0; i < count; i++) {
             double want = 0;
@@ -166,7 +179,7 @@ static void check_collectives(cuda_test *t, fsdp_comm *world) {
     }
     // all-reduce in place, broadcast from the last rank
     CHECK(fsdp_dev_all_reduce(s, world, send, count, FSDP_F32, FSDP_SUM) == FSDP_OK);
-    got = cuda_test_download(t, send, count * sizeof(float));
+    got = download_after(t, s, send, count * sizeof(float));
     bad = 0;
     for (size_t i = 0; i < count; i++) {
         double want = 0;
@@ -177,7 +190,7 @@ static void check_collectives(cuda_test *t, fsdp_comm *world) {
     free(got);
     CHECK(fsdp_copy_h2d(s, recv, h, count * sizeof(float)) == FSDP_OK);
     CHECK(fsdp_dev_broadcast(s, world, recv, count, FSDP_F32, size - 1) == FSDP_OK);
-    got = cuda_test_download(t, recv, count * sizeof(float));
+    got = download_after(t, s, recv, count * sizeof(float));
     bad = 0;
     for (size_t i = 0; i < count; i++) bad += got[i] != (float)((size - 1) * 1000 + (int)(i % 997));
     CHECK_EQ_INT(bad, 0);

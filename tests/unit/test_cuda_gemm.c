@@ -195,6 +195,15 @@ int main(void) {
             static const shape empty[] = {{0, 7, 33}, {7, 0, 33}, {0, 0, 5}};
             for (int si = 0; si < 3; si++) run_case(&t, table, e, 0, 0, empty[si], 1.0f, 0.0f);
         }
+    // a large product with odd N and unaligned rows of C (ldc = N + 2 = 3503, as a vocabulary of 50257
+    // makes the logits; 70 MB of C): the rounded copies' padded rows, C read (beta != 0) or not, the bias
+    // form, A transposed or not
+    static const shape big = {5000, 3501, 24};
+    for (int table = 0; table < 2; table++) {
+        run_case(&t, table, E_B16, 1, 1, big, 0.7f, 0.5f);
+        run_case(&t, table, E_A16, 0, 0, big, 1.0f, 0.0f);
+        run_case(&t, table, E_A16_B16_BIAS, 0, 1, big, 1.0f, 0.0f);
+    }
     cuda_test_close(&t);
     if (test_failures) fprintf(stderr, "test_cuda_gemm: %d check(s) failed\n", test_failures);
     else printf("test_cuda_gemm: all checks passed\n");

@@ -31,9 +31,10 @@
 // maximum, as the CPU's key blocks); dP' = round(dO) . round(v); dq += round(scale dS) round(k);
 // dk += round(scale dS) round(q); dv += round(dropout(P)) round(dO). The softmax, D and dS stay fp32.
 //
-// Head dims 64 and 128 go to the tiled kernels of attention_tiles_cuda.cu (the same results, each K and V
-// row read once per 64 query rows); these row kernels take the others. Head dims up to kMaxHd (256); larger ones (or C % H != 0) note an error on the stream and compute
-// nothing.
+// Head dims 64 and 128 go to 64 x 64 tiles (each K and V row read once per 64 query rows): the fp32
+// table's on CUDA cores (attention_tiles_cuda.cu), the bf16 table's on tensor cores
+// (attention_mma_cuda.cu); these row kernels take the others. Head dims up to kMaxHd (256); larger ones
+// (or C % H != 0) note an error on the stream and compute nothing.
 #include <cublas_v2.h>
 #include <math.h>
 #include <stddef.h>
@@ -328,8 +329,9 @@ void t_attention_forward(fsdp_stream *st, float *out, float *stats, const float 
     Args a;
     unsigned blocks;
     if (!make_args(st, d, "attention_forward (head dim over 256 or C % H != 0)", &a, &blocks)) return;
-    if (tiles_fit(a)) {  // head dims 64 and 128: attention_tiles_cuda.cu
-        tiles_forward(st, kB16, out, stats, qkv, a);
+    if (tiles_fit(a)) {  // head dims 64 and 128
+        if (kB16) mma_forward(st, out, stats, qkv, a);  // tensor cores: attention_mma_cuda.cu
+        else tiles_forward(st, out, stats, qkv, a);
         return;
     }
     k_attention_forward<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(out, stats, qkv, a);
@@ -348,7 +350,8 @@ void t_attention_backward(fsdp_stream *st, float *dqkv, const float *dout, const
                                                                                                 (size_t)blocks);
     CU_LAUNCHED(st, "attention_backward (dO . O)");
     if (tiles_fit(a)) {
-        tiles_backward(st, kB16, dqkv, dout, qkv, stats, dd, a);
+        if (kB16) mma_backward(st, dqkv, dout, qkv, stats, dd, a);
+        else tiles_backward(st, dqkv, dout, qkv, stats, dd, a);
         return;
     }
     k_attention_dq<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a);

@@ -1,7 +1,9 @@
-// attention_cuda.cuh: what the CUDA attention kernels share (attention_cuda.cu: one query or key row per
-// block, any head dim up to 256; attention_tiles_cuda.cu: 64 x 64 tiles for head dims 64 and 128): the
-// arguments, token rows, the dropout stream and the bf16 table's operand rounding.
+// attention_cuda.cuh: what the CUDA attention kernels share: the arguments, token rows, the dropout
+// stream and the bf16 table's operand rounding. attention_cuda.cu: one query or key row per block, any
+// head dim up to 256; for head dims 64 and 128, 64 x 64 tiles: the fp32 table's on CUDA cores
+// (attention_tiles_cuda.cu), the bf16 table's on tensor cores (attention_mma_cuda.cu).
 #pragma once
+#include <stddef.h>
 #include <stdint.h>
 
 #include "cuda_common.cuh"
@@ -42,15 +44,31 @@ __device__ __forceinline__ bool kept(const Args &a, int bh, int i, int j) {
     return cu_uniform_at(a.rng, drop_index(a, bh, i, j)) >= a.p;
 }
 
-// The tiled kernels (attention_tiles_cuda.cu) take head dims 64 and 128.
+// Lets `kernel` take `bytes` of dynamic shared memory (over the default 48 KB) on the current device;
+// false (an error noted on st) when it cannot.
+template <typename Kernel>
+bool allow_shared(fsdp_stream *st, Kernel kernel, size_t bytes) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess) return true;
+    fsdp_cuda_check(st, "attention (dynamic shared memory)", 0);  // the failure, from cudaGetLastError
+    return false;
+}
+
+// The tiled kernels (attention_tiles_cuda.cu, attention_mma_cuda.cu) take head dims 64 and 128.
 inline bool tiles_fit(const Args &a) { return a.hd == 64 || a.hd == 128; }
 
-// Tiled forward: out (rows of C), stats (B, H, T) from qkv (rows of 3C), as the row kernels compute them.
-void tiles_forward(fsdp_stream *st, bool bf16, float *out, float *stats, const float *qkv, const Args &a);
+// The fp32 table's tiled forward: out (rows of C), stats (B, H, T) from qkv (rows of 3C), as the row
+// kernels compute them (attention_tiles_cuda.cu).
+void tiles_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a);
 
-// Tiled backward: dqkv (rows of 3C, every element of the heads' columns written) from dout (rows of C),
-// qkv, stats and dd (B, H, T) = dO . O per row.
-void tiles_backward(fsdp_stream *st, bool bf16, float *dqkv, const float *dout, const float *qkv, const float *stats,
+// The fp32 table's tiled backward: dqkv (rows of 3C, every element of the heads' columns written) from
+// dout (rows of C), qkv, stats and dd (B, H, T) = dO . O per row.
+void tiles_backward(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
                     const float *dd, const Args &a);
+
+// The bf16 table's forward and backward for head dims 64 and 128 on tensor cores
+// (attention_mma_cuda.cu); the same arguments as tiles_forward / tiles_backward.
+void mma_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a);
+void mma_backward(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
+                  const float *dd, const Args &a);
 
 }  // namespace cuattn

@@ -1,6 +1,7 @@
-// attention_tiles_cuda.cu: the CUDA attention for head dims 64 and 128 in 64 x 64 tiles (FlashAttention-2's
-// schedule on CUDA cores): what attention_cuda.cu's row kernels compute, with each K and V row read once
-// per 64 query rows instead of once per query row.
+// attention_tiles_cuda.cu: the fp32 table's attention for head dims 64 and 128 in 64 x 64 tiles
+// (FlashAttention-2's schedule on CUDA cores): what attention_cuda.cu's row kernels compute, with each K
+// and V row read once per 64 query rows instead of once per query row. (The bf16 table's runs on tensor
+// cores: attention_mma_cuda.cu.)
 //
 // A block of 256 threads (16 x 16) holds one tile of 64 query rows (forward, dq) or 64 key rows (dk, dv)
 // of one (batch, head) pair in shared memory and sweeps the other side's rows 64 at a time. Products run
@@ -8,15 +9,14 @@
 // score tile (and columns 64 g + 4 tx .. + 3, g < hd / 64, of a 64 x hd output tile), reading float4s of
 // operands stored k-major (a row of the product's inner dimension holds 64 rows' values). A row's
 // maximum and sum go over its 16 threads by shuffles (a half warp). Every output element is written
-// once by one thread; nothing is atomic: deterministic.
+// once by one thread; nothing is atomic: deterministic. fp32 throughout (no TF32).
 //
 // Forward: the online softmax per key tile (running maximum m, sum l of the undropped P, output rescaled
 // by exp(m_old - m_new) when m moves); out = o / l, stats = m + log(l). Backward: dq with one block per
 // query tile (S and dP recomputed per key tile, dq += scale dS K), dk and dv with one block per key tile
-// (dk += scale dS^T Q, dv += dropout(P)^T dO over the query tiles that see it). Operands are rounded at
-// the row kernels' points in the bf16 table (the scores' q is round(scale q); dk's q is round(q)); the
-// softmax, D and dS stay fp32. Causal blocks skip the tiles above the diagonal; the heaviest tiles are
-// launched first.
+// (dk += scale dS^T Q, dv += dropout(P)^T dO over the query tiles that see it). The scores' q is scale q
+// (the scale joined to q first, as the CPU's GEMM applies alpha). Causal blocks skip the tiles above the
+// diagonal; the heaviest tiles are launched first.
 #include <cublas_v2.h>
 #include <math.h>
 #include <stdint.h>
@@ -39,21 +39,21 @@ __host__ __device__ constexpr int ld_nat() {
 
 // Tile rows r0 .. r0 + n of a head part into dst k-major: dst[c * kLd + r] = opnd(mul * src[(r0 + r) *
 // step + c]), rows n .. 63 zero. src: (rows, HD) with row stride step (floats); dst: (HD, kLd) shared.
-template <int HD, bool kB16>
+template <int HD>
 __device__ __forceinline__ void load_kmajor(float *dst, const float *src, int64_t step, int r0, int n, float mul) {
     for (int idx = (int)threadIdx.x; idx < kBR * HD; idx += kTT) {
         const int r = idx / HD, c = idx % HD;
-        dst[c * kLd + r] = r < n ? opnd<kB16>(mul * src[(int64_t)(r0 + r) * step + c]) : 0.0f;
+        dst[c * kLd + r] = r < n ? (mul * src[(int64_t)(r0 + r) * step + c]) : 0.0f;
     }
 }
 
 // Tile rows r0 .. r0 + n into dst row-major: dst[r * ld_nat + c] = opnd(src[(r0 + r) * step + c]), rows
 // n .. 63 zero. src: (rows, HD) with row stride step; dst: (kBR, ld_nat<HD>) shared.
-template <int HD, bool kB16>
+template <int HD>
 __device__ __forceinline__ void load_natural(float *dst, const float *src, int64_t step, int r0, int n) {
     for (int idx = (int)threadIdx.x; idx < kBR * HD; idx += kTT) {
         const int r = idx / HD, c = idx % HD;
-        dst[r * ld_nat<HD>() + c] = r < n ? opnd<kB16>(src[(int64_t)(r0 + r) * step + c]) : 0.0f;
+        dst[r * ld_nat<HD>() + c] = r < n ? (src[(int64_t)(r0 + r) * step + c]) : 0.0f;
     }
 }
 
@@ -116,7 +116,7 @@ __device__ __forceinline__ const float *qkv_head(const float *qkv, const Args &a
 
 // Forward: one block per (bh, query tile); blockIdx.x = (ntiles - 1 - tile) * B*H + bh (heaviest first).
 // out: rows of C; stats: (B, H, T); qkv: rows of 3C.
-template <int HD, bool kB16>
+template <int HD>
 __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats, const float *qkv, Args a, int BH) {
     extern __shared__ float4 smem4[];
     float *Qt = reinterpret_cast<float *>(smem4);  // (HD, kLd) round(scale q) of the tile's rows, k-major
@@ -128,7 +128,7 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kBR;
     const int b = bh / a.H, h = bh % a.H, nq = min(kBR, T - q0);
     const int64_t step = a.stride_t * 3 * (int64_t)C;  // floats from one token's qkv row to the next's
-    load_kmajor<HD, kB16>(Qt, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
+    load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
 
     float m[4], l[4], o[4][HD / 16];
     for (int r = 0; r < 4; r++) {
@@ -139,8 +139,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
     for (int j0 = 0; j0 < kv_end; j0 += kBR) {
         const int nk = min(kBR, kv_end - j0);
         __syncthreads();  // the previous tile's reads of Kt, Vn, Pt are done
-        load_kmajor<HD, kB16>(Kt, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
-        load_natural<HD, kB16>(Vn, qkv_head(qkv, a, b, h, 2), step, j0, nk);
+        load_kmajor<HD>(Kt, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
+        load_natural<HD>(Vn, qkv_head(qkv, a, b, h, 2), step, j0, nk);
         __syncthreads();
         float s[4][4] = {};
         outer4<HD>(s, Qt, kLd, 4 * ty, Kt, kLd, 4 * tx);
@@ -174,7 +174,7 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
             for (int c = 0; c < 4; c++) {
                 float pd = e[c];
                 if (a.dropout && valid[c]) pd = kept(a, bh, i, j0 + 4 * tx + c) ? pd * a.keep : 0.0f;
-                Pt[(4 * tx + c) * kLd + 4 * ty + r] = opnd<kB16>(pd);
+                Pt[(4 * tx + c) * kLd + 4 * ty + r] = (pd);
             }
         }
         __syncthreads();
@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
 
 // dq: one block per (bh, query tile), heaviest first as the forward. dqkv: rows of 3C (the q part of the
 // tile's rows written); dout: rows of C; qkv: rows of 3C; stats, dd: (B, H, T).
-template <int HD, bool kB16>
+template <int HD>
 __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout, const float *qkv,
                                                   const float *stats, const float *dd, Args a, int BH) {
     extern __shared__ float4 smem4[];
@@ -209,8 +209,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
     const int b = bh / a.H, h = bh % a.H, nq = min(kBR, T - q0);
     const int64_t step = a.stride_t * 3 * (int64_t)C, ostep = a.stride_t * (int64_t)C;
     const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
-    load_kmajor<HD, kB16>(Qt, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
-    load_kmajor<HD, kB16>(dOt, dhead, ostep, q0, nq, 1.0f);
+    load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
+    load_kmajor<HD>(dOt, dhead, ostep, q0, nq, 1.0f);
     float lse[4], di[4], dq[4][HD / 16];
     for (int r = 0; r < 4; r++) {
         const int i = q0 + 4 * ty + r;
@@ -222,9 +222,9 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
     for (int j0 = 0; j0 < kv_end; j0 += kBR) {
         const int nk = min(kBR, kv_end - j0);
         __syncthreads();
-        load_kmajor<HD, kB16>(Kt, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
-        load_kmajor<HD, kB16>(Vt, qkv_head(qkv, a, b, h, 2), step, j0, nk, 1.0f);
-        load_natural<HD, kB16>(Kn, qkv_head(qkv, a, b, h, 1), step, j0, nk);
+        load_kmajor<HD>(Kt, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
+        load_kmajor<HD>(Vt, qkv_head(qkv, a, b, h, 2), step, j0, nk, 1.0f);
+        load_natural<HD>(Kn, qkv_head(qkv, a, b, h, 1), step, j0, nk);
         __syncthreads();
         float s[4][4] = {}, dp[4][4] = {};
         outer4<HD>(s, Qt, kLd, 4 * ty, Kt, kLd, 4 * tx);
@@ -241,7 +241,7 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
                     const float pr = expf(s[r][c] - lse[r]);
                     float d = dp[r][c];
                     if (a.dropout) d = kept(a, bh, i, j) ? d * a.keep : 0.0f;
-                    w = opnd<kB16>(a.scale * (pr * (d - di[r])));
+                    w = (a.scale * (pr * (d - di[r])));
                 }
                 Wt[(4 * tx + c) * kLd + 4 * ty + r] = w;
             }
@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
 
 // dk, dv: one block per (bh, key tile); blockIdx.x = tile * B*H + bh (key tile 0 sees the most queries).
 // dqkv: rows of 3C (the k and v parts of the tile's rows written); the rest as k_tiles_dq.
-template <int HD, bool kB16>
+template <int HD>
 __global__ void __launch_bounds__(kTT) k_tiles_dkdv(float *dqkv, const float *dout, const float *qkv,
                                                     const float *stats, const float *dd, Args a, int BH) {
     extern __shared__ float4 smem4[];
@@ -278,18 +278,18 @@ __global__ void __launch_bounds__(kTT) k_tiles_dkdv(float *dqkv, const float *do
     const int b = bh / a.H, h = bh % a.H, nk = min(kBR, T - k0);
     const int64_t step = a.stride_t * 3 * (int64_t)C, ostep = a.stride_t * (int64_t)C;
     const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
-    load_kmajor<HD, kB16>(Kt, qkv_head(qkv, a, b, h, 1), step, k0, nk, 1.0f);
-    load_kmajor<HD, kB16>(Vt, qkv_head(qkv, a, b, h, 2), step, k0, nk, 1.0f);
+    load_kmajor<HD>(Kt, qkv_head(qkv, a, b, h, 1), step, k0, nk, 1.0f);
+    load_kmajor<HD>(Vt, qkv_head(qkv, a, b, h, 2), step, k0, nk, 1.0f);
     float dk[4][HD / 16], dv[4][HD / 16];
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < HD / 16; c++) dk[r][c] = 0.0f, dv[r][c] = 0.0f;
     for (int i0 = a.causal ? k0 : 0; i0 < T; i0 += kBR) {
         const int ni = min(kBR, T - i0);
         __syncthreads();  // the previous tile's reads of Ws, Ps, Qn, dOn are done
-        load_kmajor<HD, kB16>(Qt, qkv_head(qkv, a, b, h, 0), step, i0, ni, a.scale);
-        load_kmajor<HD, kB16>(dOt, dhead, ostep, i0, ni, 1.0f);
-        load_natural<HD, kB16>(Qn, qkv_head(qkv, a, b, h, 0), step, i0, ni);
-        load_natural<HD, kB16>(dOn, dhead, ostep, i0, ni);
+        load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, i0, ni, a.scale);
+        load_kmajor<HD>(dOt, dhead, ostep, i0, ni, 1.0f);
+        load_natural<HD>(Qn, qkv_head(qkv, a, b, h, 0), step, i0, ni);
+        load_natural<HD>(dOn, dhead, ostep, i0, ni);
         float lse[4], di[4];
         for (int r = 0; r < 4; r++) {
             const int i = i0 + 4 * ty + r;
@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_dkdv(float *dqkv, const float *do
                         pd = keep ? pr * a.keep : 0.0f;
                         d = keep ? d * a.keep : 0.0f;
                     }
-                    w = opnd<kB16>(a.scale * (pr * (d - di[r])));
-                    pd = opnd<kB16>(pd);
+                    w = (a.scale * (pr * (d - di[r])));
+                    pd = (pd);
                 }
                 Ws[(4 * ty + r) * kLd + 4 * tx + c] = w;
                 Ps[(4 * ty + r) * kLd + 4 * tx + c] = pd;
@@ -355,32 +355,23 @@ constexpr size_t dkdv_bytes() {
     return sizeof(float) * (size_t)(4 * HD * kLd + 2 * kBR * ld_nat<HD>());
 }
 
-// Lets `kernel` take `bytes` of dynamic shared memory (over the default 48 KB) on the current device;
-// false (an error noted on st) when it cannot.
-template <typename Kernel>
-bool allow_shared(fsdp_stream *st, Kernel kernel, size_t bytes) {
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess) return true;
-    fsdp_cuda_check(st, "attention tiles (shared memory)", (int)CUBLAS_STATUS_NOT_SUPPORTED);
-    return false;
-}
-
-template <int HD, bool kB16>
+template <int HD>
 void forward_hd(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a, int BH) {
-    if (!allow_shared(st, k_tiles_forward<HD, kB16>, fwd_bytes<HD>())) return;
+    if (!allow_shared(st, k_tiles_forward<HD>, fwd_bytes<HD>())) return;
     const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH;
-    k_tiles_forward<HD, kB16><<<blocks, kTT, fwd_bytes<HD>(), cu_stream(st)>>>(out, stats, qkv, a, BH);
+    k_tiles_forward<HD><<<blocks, kTT, fwd_bytes<HD>(), cu_stream(st)>>>(out, stats, qkv, a, BH);
     CU_LAUNCHED(st, "attention_forward (tiles)");
 }
 
-template <int HD, bool kB16>
+template <int HD>
 void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
                  const float *dd, const Args &a, int BH) {
-    if (!allow_shared(st, k_tiles_dq<HD, kB16>, dq_bytes<HD>())) return;
-    if (!allow_shared(st, k_tiles_dkdv<HD, kB16>, dkdv_bytes<HD>())) return;
+    if (!allow_shared(st, k_tiles_dq<HD>, dq_bytes<HD>())) return;
+    if (!allow_shared(st, k_tiles_dkdv<HD>, dkdv_bytes<HD>())) return;
     const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH;
-    k_tiles_dq<HD, kB16><<<blocks, kTT, dq_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
+    k_tiles_dq<HD><<<blocks, kTT, dq_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
     CU_LAUNCHED(st, "attention_backward (dq tiles)");
-    k_tiles_dkdv<HD, kB16><<<blocks, kTT, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
+    k_tiles_dkdv<HD><<<blocks, kTT, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
     CU_LAUNCHED(st, "attention_backward (dk, dv tiles)");
 }
 
@@ -388,21 +379,15 @@ void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *q
 
 namespace cuattn {
 
-void tiles_forward(fsdp_stream *st, bool bf16, float *out, float *stats, const float *qkv, const Args &a) {
-    const int BH = a.B * a.H;
-    if (a.hd == 64) bf16 ? forward_hd<64, true>(st, out, stats, qkv, a, BH) : forward_hd<64, false>(st, out, stats, qkv, a, BH);
-    else bf16 ? forward_hd<128, true>(st, out, stats, qkv, a, BH) : forward_hd<128, false>(st, out, stats, qkv, a, BH);
+void tiles_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a) {
+    if (a.hd == 64) forward_hd<64>(st, out, stats, qkv, a, a.B * a.H);
+    else forward_hd<128>(st, out, stats, qkv, a, a.B * a.H);
 }
 
-void tiles_backward(fsdp_stream *st, bool bf16, float *dqkv, const float *dout, const float *qkv, const float *stats,
+void tiles_backward(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
                     const float *dd, const Args &a) {
-    const int BH = a.B * a.H;
-    if (a.hd == 64)
-        bf16 ? backward_hd<64, true>(st, dqkv, dout, qkv, stats, dd, a, BH)
-             : backward_hd<64, false>(st, dqkv, dout, qkv, stats, dd, a, BH);
-    else
-        bf16 ? backward_hd<128, true>(st, dqkv, dout, qkv, stats, dd, a, BH)
-             : backward_hd<128, false>(st, dqkv, dout, qkv, stats, dd, a, BH);
+    if (a.hd == 64) backward_hd<64>(st, dqkv, dout, qkv, stats, dd, a, a.B * a.H);
+    else backward_hd<128>(st, dqkv, dout, qkv, stats, dd, a, a.B * a.H);
 }
 
 }  // namespace cuattn

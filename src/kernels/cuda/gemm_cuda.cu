@@ -8,7 +8,8 @@
 // The fp32 table's gemm: fp32 operands, CUBLAS_COMPUTE_32F (TF32 only where the device's math mode
 // allows it). Everything else (the bf16 table's gemm, and the _b16/_a16 entries of both tables, as on the
 // CPU, kernels/cpu/gemm_bf16.c): bf16 operands (CUDA_R_16BF), fp32 C and accumulation. An fp32 operand
-// is first rounded to bf16 (nearest even, cu_f32_to_bf16) into a dense copy in the stream's scratch, A
+// is first rounded to bf16 (nearest even, cu_f32_to_bf16) into a copy in the stream's scratch (rows padded
+// to 16 bytes: cuBLAS's aligned kernels, whatever the shape), A
 // as alpha * A (alpha joins A before rounding, as the CPU's packing does; cuBLAS then gets alpha 1). The
 // products of two bf16 values are exact in fp32, so the results differ from the CPU's only in summation
 // order.
@@ -34,26 +35,26 @@ constexpr size_t kScratchAlign = 256;  // alignment of each piece of a split scr
 
 // ---- helper kernels ----
 
-// dst (rows, cols) dense = bf16 of scale * src (rows, cols) with leading dimension ld (gemm_bf16.c's
-// round_copy: one fp32 multiply, then round to nearest even)
-__global__ void k_round_bf16(uint16_t *dst, const float *src, int rows, int cols, int ld, float scale) {
+// dst (rows, cols) with leading dimension dld = bf16 of scale * src (rows, cols) with leading dimension ld
+// (gemm_bf16.c's round_copy: one fp32 multiply, then round to nearest even)
+__global__ void k_round_bf16(uint16_t *dst, int dld, const float *src, int rows, int cols, int ld, float scale) {
     size_t n = (size_t)rows * (size_t)cols;
     GRID_STRIDE(i, n) {
         size_t r = i / (size_t)cols, c = i % (size_t)cols;
-        dst[i] = cu_f32_to_bf16(__fmul_rn(scale, src[r * (size_t)ld + c]));
+        dst[r * (size_t)dld + c] = cu_f32_to_bf16(__fmul_rn(scale, src[r * (size_t)ld + c]));
     }
 }
 
-// k_round_bf16 four columns at a time: cols and ld multiples of 4, src 16-byte aligned, rows * cols / 4
-// under 2^32 (32-bit index arithmetic). dst: (rows, cols) dense; src: (rows, ld).
-__global__ void k_round_bf16_x4(uint16_t *dst, const float *src, int rows, int cols, int ld, float scale) {
+// k_round_bf16 four columns at a time: cols, ld and dld multiples of 4, src 16-byte and dst 8-byte
+// aligned, rows * cols / 4 under 2^32 (32-bit index arithmetic). dst: (rows, dld); src: (rows, ld).
+__global__ void k_round_bf16_x4(uint16_t *dst, int dld, const float *src, int rows, int cols, int ld, float scale) {
     const unsigned q = (unsigned)cols / 4u, n = (unsigned)rows * q;  // float4s per row, in all
     for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
         const unsigned r = i / q, c = (i - r * q) * 4u;
         const float4 v = *reinterpret_cast<const float4 *>(src + (size_t)r * (size_t)ld + c);
         const uint2 w = {(uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.x)) | (uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.y)) << 16,
                          (uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.z)) | (uint32_t)cu_f32_to_bf16(__fmul_rn(scale, v.w)) << 16};
-        *reinterpret_cast<uint2 *>(dst + (size_t)r * (size_t)cols + c) = w;
+        *reinterpret_cast<uint2 *>(dst + (size_t)r * (size_t)dld + c) = w;
     }
 }
 
@@ -97,14 +98,21 @@ void col_sums(fsdp_stream *st, float *dbias, const float *x, int rows, int cols,
     cu_col_sums_in_order(st, dbias, x, rows, cols, what);
 }
 
-// dst (rows, cols) dense = bf16 of scale * src (rows, cols) with leading dimension ld
+// the row length of a rounded copy of `cols` columns: a multiple of 8 (16-byte rows, so cuBLAS can take
+// its aligned kernels whatever cols is, e.g. a vocabulary of 50257)
+inline int padded_ld(int cols) { return (cols + 7) & ~7; }
+
+// dst (rows, padded_ld(cols)) = bf16 of scale * src (rows, cols) with leading dimension ld (the padding
+// columns are not written)
 void round_bf16(fsdp_stream *st, const char *what, uint16_t *dst, const float *src, int rows, int cols, int ld,
                 float scale) {
     const size_t n = (size_t)rows * (size_t)cols;
+    const int dld = padded_ld(cols);
     if (cols % 4 == 0 && ld % 4 == 0 && ((uintptr_t)src & 15u) == 0 && n / 4 < 0xffffffffu)
-        k_round_bf16_x4<<<cu_blocks(n / 4, kThreads), kThreads, 0, cu_stream(st)>>>(dst, src, rows, cols, ld, scale);
+        k_round_bf16_x4<<<cu_blocks(n / 4, kThreads), kThreads, 0, cu_stream(st)>>>(dst, dld, src, rows, cols, ld,
+                                                                                    scale);
     else
-        k_round_bf16<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(dst, src, rows, cols, ld, scale);
+        k_round_bf16<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(dst, dld, src, rows, cols, ld, scale);
     CU_LAUNCHED(st, what);
 }
 
@@ -143,8 +151,8 @@ void gemm_bf16_any(fsdp_stream *st, const char *what, int trans_a, int trans_b, 
     }
     // the stored shapes of A and B: (ar, ac) and (br, bc)
     int ar = trans_a ? K : M, ac = trans_a ? M : K, br = trans_b ? N : K, bc = trans_b ? K : N;
-    size_t a_bytes = a_bf16 ? 0 : round_up(sizeof(uint16_t) * (size_t)ar * (size_t)ac);
-    size_t b_bytes = b_bf16 ? 0 : round_up(sizeof(uint16_t) * (size_t)br * (size_t)bc);
+    size_t a_bytes = a_bf16 ? 0 : round_up(sizeof(uint16_t) * (size_t)ar * (size_t)padded_ld(ac));
+    size_t b_bytes = b_bf16 ? 0 : round_up(sizeof(uint16_t) * (size_t)br * (size_t)padded_ld(bc));
     char *scratch = NULL;  // (a_bytes + b_bytes,) device: the rounded copies of A, then B
     if (a_bytes + b_bytes) {
         scratch = (char *)fsdp_cuda_scratch(st, a_bytes + b_bytes);
@@ -154,14 +162,14 @@ void gemm_bf16_any(fsdp_stream *st, const char *what, int trans_a, int trans_b, 
     const void *b16 = B;  // (br, bc) bf16 with leading dimension b_ld
     int a_ld = lda, b_ld = ldb;
     if (!a_bf16) {
-        uint16_t *dst = (uint16_t *)scratch;  // (ar, ac) dense
+        uint16_t *dst = (uint16_t *)scratch;  // (ar, padded_ld(ac))
         round_bf16(st, what, dst, (const float *)A, ar, ac, lda, alpha);
-        a16 = dst, a_ld = ac, alpha = 1.0f;
+        a16 = dst, a_ld = padded_ld(ac), alpha = 1.0f;
     }
     if (!b_bf16) {
-        uint16_t *dst = (uint16_t *)(scratch + a_bytes);  // (br, bc) dense
+        uint16_t *dst = (uint16_t *)(scratch + a_bytes);  // (br, padded_ld(bc))
         round_bf16(st, what, dst, (const float *)B, br, bc, ldb, 1.0f);
-        b16 = dst, b_ld = bc;
+        b16 = dst, b_ld = padded_ld(bc);
     }
     cublas_gemm(st, what, trans_a, trans_b, M, N, K, alpha, a16, a_ld, b16, b_ld, CUDA_R_16BF, beta, C, ldc);
 }
@@ -250,23 +258,49 @@ extern "C" void fsdp_cuda_fill_gemm(struct fsdp_kernels *t, int bf16) {
 
 namespace {
 
-constexpr int kColRows = 256;  // rows per chunk of k_col_sums_in_order
+constexpr int kColWarps = 16;                       // warps per block: 1 adds, the others load
+constexpr int kColLoadRows = 16;                    // rows each loading lane fetches per chunk (in flight at once)
+constexpr int kColRows = (kColWarps - 1) * kColLoadRows;  // rows per chunk (240)
+constexpr size_t kColShared = sizeof(float) * 2 * kColRows * 32;  // two chunks of 32 columns (61,440 bytes)
+
+// A chunk of rows r0 .. r0 + n (n <= kColRows) of columns c0 .. c0 + 31 of x (rows, cols) into buf
+// (kColRows, 32): loading warp w (1 ..) takes rows (w - 1) * kColLoadRows .., issuing all its loads
+// before storing any (the latency paid once per chunk, not per row).
+__device__ __forceinline__ void load_col_chunk(float *buf, const float *x, int r0, int n, int c, int cols, int warp,
+                                               int lane) {
+    const int first = (warp - 1) * kColLoadRows;
+    float v[kColLoadRows];
+#pragma unroll
+    for (int k = 0; k < kColLoadRows; k++) {
+        const int r = first + k;
+        v[k] = r < n && c < cols ? x[(size_t)(r0 + r) * (size_t)cols + c] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kColLoadRows; k++) buf[(first + k) * 32 + lane] = v[k];
+}
 
 // dbias (cols,) = dbias + the column sums of x (rows, cols) dense, each summed from zero in row order (the
-// bits of one thread's serial loop, cpu_bias_backward's). One block of 256 threads per 32 columns: the 8
-// warps load a chunk of kColRows rows into shared memory (many loads in flight, each warp-row 128
-// coalesced bytes), then warp 0 adds them in order, lane l holding column l.
-__global__ void __launch_bounds__(256) k_col_sums_in_order(float *dbias, const float *x, int rows, int cols) {
-    __shared__ float chunk[kColRows][33];  // (kColRows, 32) rows of the block's columns, padded
+// bits of one thread's serial loop, cpu_bias_backward's). One block of kColWarps warps per 32 columns,
+// chunks of kColRows rows in two shared buffers: while warp 0 adds one chunk in order (lane l: column
+// l), the other warps load the next. Shared memory: kColShared bytes, dynamic.
+__global__ void __launch_bounds__(32 * kColWarps) k_col_sums_in_order(float *dbias, const float *x, int rows,
+                                                                       int cols) {
+    extern __shared__ float col_chunks[];  // (2, kColRows, 32)
     const int lane = (int)threadIdx.x & 31, warp = (int)threadIdx.x >> 5;
     const int c = (int)blockIdx.x * 32 + lane;
+    if (warp > 0) load_col_chunk(col_chunks, x, 0, rows < kColRows ? rows : kColRows, c, cols, warp, lane);
+    __syncthreads();
     float acc = 0.0f;
-    for (int r0 = 0; r0 < rows; r0 += kColRows) {
-        const int n = rows - r0 < kColRows ? rows - r0 : kColRows;
-        for (int r = warp; r < n; r += 8) chunk[r][lane] = c < cols ? x[(size_t)(r0 + r) * (size_t)cols + c] : 0.0f;
-        __syncthreads();
-        if (warp == 0)
-            for (int r = 0; r < n; r++) acc = __fadd_rn(acc, chunk[r][lane]);
+    for (int k = 0, r0 = 0; r0 < rows; k++, r0 += kColRows) {
+        const int n = rows - r0 < kColRows ? rows - r0 : kColRows, r1 = r0 + kColRows;
+        if (warp == 0) {
+            const float *ch = col_chunks + (k & 1) * kColRows * 32 + lane;  // (kColRows,) column `lane`, stride 32
+#pragma unroll 16
+            for (int r = 0; r < n; r++) acc = __fadd_rn(acc, ch[r * 32]);
+        } else if (r1 < rows) {
+            load_col_chunk(col_chunks + ((k + 1) & 1) * kColRows * 32, x, r1,
+                           rows - r1 < kColRows ? rows - r1 : kColRows, c, cols, warp, lane);
+        }
         __syncthreads();
     }
     if (warp == 0 && c < cols) dbias[c] = __fadd_rn(dbias[c], acc);
@@ -276,6 +310,12 @@ __global__ void __launch_bounds__(256) k_col_sums_in_order(float *dbias, const f
 
 void cu_col_sums_in_order(fsdp_stream *st, float *dbias, const float *x, int rows, int cols, const char *what) {
     if (cols <= 0) return;
-    k_col_sums_in_order<<<(unsigned)((cols + 31) / 32), 256, 0, cu_stream(st)>>>(dbias, x, rows < 0 ? 0 : rows, cols);
+    if (cudaFuncSetAttribute(k_col_sums_in_order, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kColShared) !=
+        cudaSuccess) {
+        fsdp_cuda_check(st, what, 0);  // the attribute's failure, from cudaGetLastError
+        return;
+    }
+    k_col_sums_in_order<<<(unsigned)((cols + 31) / 32), 32 * kColWarps, kColShared, cu_stream(st)>>>(
+        dbias, x, rows < 0 ? 0 : rows, cols);
     CU_LAUNCHED(st, what);
 }

@@ -184,16 +184,30 @@ __global__ void k_block_lanes(double *lanes, const float *__restrict__ x, size_t
     }
 }
 
-// One thread: total = the blocks' sums (each cpu_sum_lanes8 of its lanes (nb, 8)) added in block order
-// from 0.0 (cpu_sum_in_order); then *out = total / n (mean) or *out += total
-__global__ void k_block_total(double *out, const double *lanes, size_t nb, size_t n, int mean) {
-    double total = 0.0;
-    for (size_t b = 0; b < nb; b++) {
-        const double *a = lanes + b * kLanes;  // (8,)
-        double part = __dadd_rn(__dadd_rn(__dadd_rn(a[0], a[4]), __dadd_rn(a[2], a[6])),
-                                __dadd_rn(__dadd_rn(a[1], a[5]), __dadd_rn(a[3], a[7])));
-        total = __dadd_rn(total, part);
+constexpr unsigned kTotalThreads = 256;  // threads of k_block_total
+
+// total = the blocks' sums (each cpu_sum_lanes8 of its lanes (nb, 8)) added in block order from 0.0
+// (cpu_sum_in_order); then *out = total / n (mean) or *out += total. One block: its threads make the
+// sums of kTotalThreads blocks at a time, thread 0 adds them in order (the bits of one serial loop).
+__global__ void __launch_bounds__(kTotalThreads) k_block_total(double *out, const double *lanes, size_t nb, size_t n,
+                                                                int mean) {
+    __shared__ double parts[kTotalThreads];  // (kTotalThreads,) the sums of blocks b0 ..
+    double total = 0.0;                      // thread 0's
+    for (size_t b0 = 0; b0 < nb; b0 += kTotalThreads) {
+        const size_t b = b0 + threadIdx.x;
+        if (b < nb) {
+            const double *a = lanes + b * kLanes;  // (8,)
+            parts[threadIdx.x] = __dadd_rn(__dadd_rn(__dadd_rn(a[0], a[4]), __dadd_rn(a[2], a[6])),
+                                           __dadd_rn(__dadd_rn(a[1], a[5]), __dadd_rn(a[3], a[7])));
+        }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            const size_t m = nb - b0 < kTotalThreads ? nb - b0 : kTotalThreads;
+            for (size_t k = 0; k < m; k++) total = __dadd_rn(total, parts[k]);
+        }
+        __syncthreads();
     }
+    if (threadIdx.x != 0) return;
     if (mean) *out = __ddiv_rn(total, (double)n);
     else *out = __dadd_rn(*out, total);
 }
@@ -408,7 +422,7 @@ void block_sum(fsdp_stream *st, double *out, const float *x, size_t n, size_t mi
             k_block_lanes<0><<<cu_blocks(nb * kLanes, kThreads), kThreads, 0, cu_stream(st)>>>(lanes, x, n, bs, nb);
         CU_LAUNCHED(st, what);
     }
-    k_block_total<<<1, 1, 0, cu_stream(st)>>>(out, lanes, nb, n, mean);
+    k_block_total<<<1, kTotalThreads, 0, cu_stream(st)>>>(out, lanes, nb, n, mean);
     CU_LAUNCHED(st, what);
 }
 
