@@ -344,13 +344,17 @@ void t_attention_backward(fsdp_stream *st, float *dqkv, const float *dout, const
     Args a;
     unsigned blocks;
     if (!make_args(st, d, "attention_backward (head dim over 256 or C % H != 0)", &a, &blocks)) return;
-    float *dd = (float *)fsdp_cuda_scratch(st, sizeof(float) * blocks);  // (B, H, T) row terms dO . O
-    if (!dd) return;  // the failure is noted on st
+    // dd (B, H, T): the row terms dO . O; then, for the tensor-core kernels, their bf16 operands
+    const size_t dd_bytes = (sizeof(float) * blocks + 255) & ~(size_t)255;
+    const bool mma = kB16 && tiles_fit(a);
+    char *scratch = (char *)fsdp_cuda_scratch(st, dd_bytes + (mma ? mma_backward_scratch(a) : 0));
+    if (!scratch) return;  // the failure is noted on st
+    float *dd = (float *)scratch;
     k_attention_rowdot<<<cu_blocks(blocks, kRowdotThreads), kRowdotThreads, 0, cu_stream(st)>>>(dd, dout, out, a,
                                                                                                 (size_t)blocks);
     CU_LAUNCHED(st, "attention_backward (dO . O)");
     if (tiles_fit(a)) {
-        if (kB16) mma_backward(st, dqkv, dout, qkv, stats, dd, a);
+        if (mma) mma_backward(st, dqkv, dout, qkv, stats, dd, a, scratch + dd_bytes);
         else tiles_backward(st, dqkv, dout, qkv, stats, dd, a);
         return;
     }

@@ -66,9 +66,12 @@ void tiles_backward(fsdp_stream *st, float *dqkv, const float *dout, const float
                     const float *dd, const Args &a);
 
 // The bf16 table's forward and backward for head dims 64 and 128 on tensor cores
-// (attention_mma_cuda.cu); the same arguments as tiles_forward / tiles_backward.
+// (attention_mma_cuda.cu); the same arguments as tiles_forward / tiles_backward, and for the backward
+// mma_backward_scratch(a) bytes of the stream's scratch (256-byte aligned) for its bf16 operands (the
+// forward takes the scratch itself).
 void mma_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a);
+size_t mma_backward_scratch(const Args &a);
 void mma_backward(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
-                  const float *dd, const Args &a);
+                  const float *dd, const Args &a, void *scratch);
 
 }  // namespace cuattn

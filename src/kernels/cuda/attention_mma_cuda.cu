@@ -45,13 +45,50 @@ __host__ __device__ constexpr int ld_h() {
 // x rounded to bf16 (nearest even: cu_f32_to_bf16's bits)
 __device__ __forceinline__ bf16 to_bf16(float x) { return __ushort_as_bfloat16(cu_f32_to_bf16(x)); }
 
-// Tile rows r0 .. r0 + n of a head part into dst: dst[r * ld_h + c] = bf16(mul * src[(r0 + r) * step + c]),
-// rows n .. kRows - 1 zero. src: (rows, HD), rows step floats apart; dst: (kRows, ld_h<HD>) shared.
+// The operands in bf16, rounded once per call instead of once per tile: five (B*H, T, HD) arrays, head bh's
+// token t at (bh * T + t) * HD. q_s = round(scale q) (the scores' A), q_n = round(q) (dk's), k, v, dO
+// rounded. Forward: q_s, k, v; backward: all five (dout NULL in forward: q_n and dO skipped).
+struct Operands {
+    bf16 *q_s, *q_n, *k, *v, *dout;  // (B*H, T, HD) each; q_n, dout NULL when not needed
+};
+
+// One thread per 4 consecutive columns of one token of one head: the rounded copies of Operands.
+// qkv: rows of 3C; dout: rows of C, or NULL.
 template <int HD>
-__device__ __forceinline__ void load_tile(bf16 *dst, const float *src, int64_t step, int r0, int n, float mul) {
-    for (int idx = (int)threadIdx.x; idx < kRows * HD; idx += kThreads) {
-        const int r = idx / HD, c = idx % HD;
-        dst[r * ld_h<HD>() + c] = to_bf16(r < n ? mul * src[(int64_t)(r0 + r) * step + c] : 0.0f);
+__global__ void k_mma_prepare(Operands o, const float *qkv, const float *dout, Args a) {
+    const size_t quads = (size_t)a.B * a.H * a.T * (HD / 4);
+    for (size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x; idx < quads;
+         idx += (size_t)gridDim.x * blockDim.x) {
+        const int c = (int)(idx % (HD / 4)) * 4;
+        const size_t bt = idx / (HD / 4);  // bh * T + t
+        const int t = (int)(bt % (size_t)a.T), bh = (int)(bt / (size_t)a.T), b = bh / a.H, h = bh % a.H;
+        const float *q = qkv + (int64_t)token_row(a, b, t) * 3 * a.C + (int64_t)h * HD + c;  // (4,), then k, v at +C
+        const size_t at = bt * HD + (size_t)c;
+        for (int e = 0; e < 4; e++) {
+            o.q_s[at + e] = to_bf16(a.scale * q[e]);
+            o.k[at + e] = to_bf16(q[a.C + e]);
+            o.v[at + e] = to_bf16(q[2 * a.C + e]);
+        }
+        if (dout) {
+            const float *d = dout + (int64_t)token_row(a, b, t) * a.C + (int64_t)h * HD + c;  // (4,)
+            for (int e = 0; e < 4; e++) {
+                o.q_n[at + e] = to_bf16(q[e]);
+                o.dout[at + e] = to_bf16(d[e]);
+            }
+        }
+    }
+}
+
+// Tile rows r0 .. r0 + n of a rounded operand into dst (kRows, ld_h<HD>) shared, rows n .. kRows - 1 zero;
+// 16 bytes (8 values) a copy. src: (T, HD) bf16, one head's rows.
+template <int HD>
+__device__ __forceinline__ void copy_tile(bf16 *dst, const bf16 *src, int r0, int n) {
+    constexpr int kVec = HD / 8;  // 16-byte pieces per row
+    for (int idx = (int)threadIdx.x; idx < kRows * kVec; idx += kThreads) {
+        const int r = idx / kVec, v = idx % kVec;
+        uint4 val = make_uint4(0u, 0u, 0u, 0u);
+        if (r < n) val = *reinterpret_cast<const uint4 *>(src + (size_t)(r0 + r) * HD + 8 * v);
+        *reinterpret_cast<uint4 *>(dst + r * ld_h<HD>() + 8 * v) = val;
     }
 }
 
@@ -90,11 +127,6 @@ __device__ __forceinline__ void warp_pb(FragC (&acc)[HD / 16], const bf16 *P, co
             wmma::mma_sync(acc[g], fa, fb, acc[g]);
         }
     }
-}
-
-// pointer to the head's column 0 of part `part` (0 q, 1 k, 2 v) for token 0 of batch b; token t at + t * step
-__device__ __forceinline__ const float *qkv_head(const float *qkv, const Args &a, int b, int h, int part) {
-    return qkv + (int64_t)token_row(a, b, 0) * 3 * a.C + (int64_t)part * a.C + (int64_t)h * a.hd;
 }
 
 __host__ __device__ __forceinline__ int n_tiles(int T) { return (T + kRows - 1) / kRows; }
@@ -146,7 +178,7 @@ __device__ __forceinline__ void store_rows(float *dst, FragC (&acc)[HD / 16], fl
 // Forward: one block per (bh, query tile), heaviest first: blockIdx.x = (ntiles - 1 - tile) * B*H + bh.
 // out: rows of C; stats: (B, H, T); qkv: rows of 3C.
 template <int HD>
-__global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *stats, const float *qkv, Args a, int BH) {
+__global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *stats, Operands ops, Args a, int BH) {
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem);                                 // (64, ld_h) round(scale q)
     bf16 *Ks = reinterpret_cast<bf16 *>(smem + tile_bytes<HD>());              // (64, ld_h) round(k)
@@ -158,8 +190,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *sta
     const int T = a.T, C = a.C;
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kRows;
     const int b = bh / a.H, h = bh % a.H, nq = min(kRows, T - q0);
-    const int64_t step = a.stride_t * 3 * (int64_t)C;
-    load_tile<HD>(Qs, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
+    const size_t head = (size_t)bh * T * HD;  // this head's rows in the rounded operands
+    copy_tile<HD>(Qs, ops.q_s + head, q0, nq);
     float *S = Sf + warp * 16 * kLdS;                // (16, kLdS) this warp's scores
     bf16 *P = Ps + warp * 16 * kLdP;                 // (16, kLdP) this warp's probabilities
     float *O = Of + warp * 16 * (HD + 4);            // (16, HD + 4) this warp's P V of a tile
@@ -172,8 +204,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *sta
     for (int j0 = 0; j0 < kv_end; j0 += kRows) {
         const int nk = min(kRows, kv_end - j0);
         __syncthreads();  // the previous tile's reads of Ks, Vs are done
-        load_tile<HD>(Ks, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
-        load_tile<HD>(Vs, qkv_head(qkv, a, b, h, 2), step, j0, nk, 1.0f);
+        copy_tile<HD>(Ks, ops.k + head, j0, nk);
+        copy_tile<HD>(Vs, ops.v + head, j0, nk);
         __syncthreads();
         warp_abt<HD>(S, Qs + 16 * warp * ld_h<HD>(), ld_h<HD>(), Ks, ld_h<HD>());
         __syncwarp();
@@ -229,8 +261,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *sta
 // dq: one block per (bh, query tile), heaviest first. dqkv: rows of 3C (the q part of the tile's rows);
 // dout: rows of C; qkv: rows of 3C; stats, dd: (B, H, T).
 template <int HD>
-__global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, const float *dout, const float *qkv,
-                                                     const float *stats, const float *dd, Args a, int BH) {
+__global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, Operands ops, const float *stats, const float *dd,
+                                                     Args a, int BH) {
     extern __shared__ __align__(128) unsigned char smem[];
     bf16 *Qs = reinterpret_cast<bf16 *>(smem);                             // (64, ld_h) round(scale q)
     bf16 *dOs = reinterpret_cast<bf16 *>(smem + tile_bytes<HD>());         // (64, ld_h) round(dO)
@@ -240,13 +272,12 @@ __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, const float *d
     float *Df = reinterpret_cast<float *>(smem + 4 * tile_bytes<HD>() + kScoreBytes);  // (4, 16, kLdS) dO . v
     bf16 *Ws = reinterpret_cast<bf16 *>(smem + 4 * tile_bytes<HD>() + 2 * kScoreBytes);  // (4, 16, kLdP) round(scale dS)
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, rr = lane >> 1, half = lane & 1;
-    const int T = a.T, C = a.C;
+    const int T = a.T;
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kRows;
     const int b = bh / a.H, h = bh % a.H, nq = min(kRows, T - q0);
-    const int64_t step = a.stride_t * 3 * (int64_t)C, ostep = a.stride_t * (int64_t)C;
-    const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
-    load_tile<HD>(Qs, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
-    load_tile<HD>(dOs, dhead, ostep, q0, nq, 1.0f);
+    const size_t head = (size_t)bh * T * HD;  // this head's rows in the rounded operands
+    copy_tile<HD>(Qs, ops.q_s + head, q0, nq);
+    copy_tile<HD>(dOs, ops.dout + head, q0, nq);
     float *S = Sf + warp * 16 * kLdS, *D = Df + warp * 16 * kLdS;  // (16, kLdS) each: this warp's tiles
     bf16 *W = Ws + warp * 16 * kLdP;                               // (16, kLdP)
     const int i = q0 + 16 * warp + rr;
@@ -258,8 +289,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, const float *d
     for (int j0 = 0; j0 < kv_end; j0 += kRows) {
         const int nk = min(kRows, kv_end - j0);
         __syncthreads();
-        load_tile<HD>(Ks, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
-        load_tile<HD>(Vs, qkv_head(qkv, a, b, h, 2), step, j0, nk, 1.0f);
+        copy_tile<HD>(Ks, ops.k + head, j0, nk);
+        copy_tile<HD>(Vs, ops.v + head, j0, nk);
         __syncthreads();
         warp_abt<HD>(S, Qs + 16 * warp * ld_h<HD>(), ld_h<HD>(), Ks, ld_h<HD>());
         warp_abt<HD>(D, dOs + 16 * warp * ld_h<HD>(), ld_h<HD>(), Vs, ld_h<HD>());
@@ -288,8 +319,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, const float *d
 // dk, dv: one block per (bh, key tile); blockIdx.x = tile * B*H + bh (key tile 0 sees the most queries).
 // dqkv: rows of 3C (the k and v parts of the tile's rows); the rest as k_mma_dq.
 template <int HD>
-__global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, const float *dout, const float *qkv,
-                                                       const float *stats, const float *dd, Args a, int BH) {
+__global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, Operands ops, const float *stats, const float *dd,
+                                                       Args a, int BH) {
     extern __shared__ __align__(128) unsigned char smem[];
     const size_t tb = tile_bytes<HD>();
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);            // (64, ld_h) round(k) of the key tile
@@ -307,10 +338,9 @@ __global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, const float 
     const int T = a.T, C = a.C;
     const int bh = (int)(blockIdx.x % (unsigned)BH), k0 = (int)(blockIdx.x / (unsigned)BH) * kRows;
     const int b = bh / a.H, h = bh % a.H, nk = min(kRows, T - k0);
-    const int64_t step = a.stride_t * 3 * (int64_t)C, ostep = a.stride_t * (int64_t)C;
-    const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
-    load_tile<HD>(Ks, qkv_head(qkv, a, b, h, 1), step, k0, nk, 1.0f);
-    load_tile<HD>(Vs, qkv_head(qkv, a, b, h, 2), step, k0, nk, 1.0f);
+    const size_t head = (size_t)bh * T * HD;  // this head's rows in the rounded operands
+    copy_tile<HD>(Ks, ops.k + head, k0, nk);
+    copy_tile<HD>(Vs, ops.v + head, k0, nk);
     float *S = Sf + warp * 16 * kLdS, *D = Df + warp * 16 * kLdS;  // (16, kLdS) each
     bf16 *W = Ws + warp * 16 * kLdP, *P = Ps + warp * 16 * kLdP;   // (16, kLdP) each
     const int j = k0 + 16 * warp + rr;                             // this lane's key row
@@ -320,9 +350,9 @@ __global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, const float 
     for (int i0 = a.causal ? k0 : 0; i0 < T; i0 += kRows) {
         const int ni = min(kRows, T - i0);
         __syncthreads();  // the previous tile's reads are done
-        load_tile<HD>(Qs, qkv_head(qkv, a, b, h, 0), step, i0, ni, a.scale);
-        load_tile<HD>(Qn, qkv_head(qkv, a, b, h, 0), step, i0, ni, 1.0f);
-        load_tile<HD>(dOs, dhead, ostep, i0, ni, 1.0f);
+        copy_tile<HD>(Qs, ops.q_s + head, i0, ni);
+        copy_tile<HD>(Qn, ops.q_n + head, i0, ni);
+        copy_tile<HD>(dOs, ops.dout + head, i0, ni);
         for (int r = (int)threadIdx.x; r < kRows; r += kThreads) {
             lse_s[r] = r < ni ? stats[(int64_t)bh * T + i0 + r] : 0.0f;
             di_s[r] = r < ni ? dd[(int64_t)bh * T + i0 + r] : 0.0f;
@@ -360,22 +390,41 @@ __global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, const float 
     store_rows<HD>(dqkv + 2 * (int64_t)C + (int64_t)h * HD, dv, stage, a, b, k0 + 16 * warp);
 }
 
+// one rounded operand's bytes in the scratch, 256-byte aligned
+size_t operand_bytes(const Args &a) { return (sizeof(bf16) * (size_t)a.B * a.H * a.T * a.hd + 255) & ~(size_t)255; }
+
+// The rounded operands in scratch (3 or 5 of operand_bytes), made on st: q_s, k, v, and q_n and dO when
+// dout is not NULL.
+template <int HD>
+Operands prepare(fsdp_stream *st, unsigned char *scratch, const float *qkv, const float *dout, const Args &a) {
+    const size_t n = operand_bytes(a);
+    Operands o = {(bf16 *)scratch, NULL, (bf16 *)(scratch + n), (bf16 *)(scratch + 2 * n), NULL};
+    if (dout) o.q_n = (bf16 *)(scratch + 3 * n), o.dout = (bf16 *)(scratch + 4 * n);
+    const size_t quads = (size_t)a.B * a.H * a.T * (HD / 4);
+    k_mma_prepare<HD><<<cu_blocks(quads, 256), 256, 0, cu_stream(st)>>>(o, qkv, dout, a);
+    CU_LAUNCHED(st, "attention (bf16 operands)");
+    return o;
+}
+
 template <int HD>
 void forward_hd(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a, int BH) {
-    if (!allow_shared(st, k_mma_forward<HD>, fwd_bytes<HD>())) return;
+    unsigned char *scratch = (unsigned char *)fsdp_cuda_scratch(st, 3 * operand_bytes(a));  // q_s, k, v
+    if (!scratch || !allow_shared(st, k_mma_forward<HD>, fwd_bytes<HD>())) return;  // failures noted on st
+    const Operands ops = prepare<HD>(st, scratch, qkv, NULL, a);
     k_mma_forward<HD><<<(unsigned)n_tiles(a.T) * (unsigned)BH, kThreads, fwd_bytes<HD>(), cu_stream(st)>>>(out, stats,
-                                                                                                        qkv, a, BH);
+                                                                                                        ops, a, BH);
     CU_LAUNCHED(st, "attention_forward (tensor cores)");
 }
 
 template <int HD>
 void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
-                 const float *dd, const Args &a, int BH) {
+                 const float *dd, const Args &a, int BH, unsigned char *scratch) {
     if (!allow_shared(st, k_mma_dq<HD>, dq_bytes<HD>()) || !allow_shared(st, k_mma_dkdv<HD>, dkdv_bytes<HD>())) return;
+    const Operands ops = prepare<HD>(st, scratch, qkv, dout, a);
     const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH;
-    k_mma_dq<HD><<<blocks, kThreads, dq_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
+    k_mma_dq<HD><<<blocks, kThreads, dq_bytes<HD>(), cu_stream(st)>>>(dqkv, ops, stats, dd, a, BH);
     CU_LAUNCHED(st, "attention_backward (dq, tensor cores)");
-    k_mma_dkdv<HD><<<blocks, kThreads, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
+    k_mma_dkdv<HD><<<blocks, kThreads, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, ops, stats, dd, a, BH);
     CU_LAUNCHED(st, "attention_backward (dk, dv, tensor cores)");
 }
 
@@ -383,15 +432,18 @@ void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *q
 
 namespace cuattn {
 
+size_t mma_backward_scratch(const Args &a) { return 5 * operand_bytes(a); }
+
 void mma_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a) {
     if (a.hd == 64) forward_hd<64>(st, out, stats, qkv, a, a.B * a.H);
     else forward_hd<128>(st, out, stats, qkv, a, a.B * a.H);
 }
 
 void mma_backward(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
-                  const float *dd, const Args &a) {
-    if (a.hd == 64) backward_hd<64>(st, dqkv, dout, qkv, stats, dd, a, a.B * a.H);
-    else backward_hd<128>(st, dqkv, dout, qkv, stats, dd, a, a.B * a.H);
+                  const float *dd, const Args &a, void *scratch) {
+    unsigned char *sc = (unsigned char *)scratch;
+    if (a.hd == 64) backward_hd<64>(st, dqkv, dout, qkv, stats, dd, a, a.B * a.H, sc);
+    else backward_hd<128>(st, dqkv, dout, qkv, stats, dd, a, a.B * a.H, sc);
 }
 
 }  // namespace cuattn
