@@ -33,6 +33,8 @@ ALLOWED = {
     # cmake, ctest, pkg-config
     "--build": "cmake", "--install": "cmake", "--prefix": "cmake", "--target": "cmake",
     "--output-on-failure": "ctest", "--cflags": "pkg-config", "--libs": "pkg-config",
+    # the PyTorch reference of the benchmarks (docs/cuda.md names how gpu-check runs it)
+    "--bf16": "bench/torch_gpt.py", "--attention": "bench/torch_gpt.py",
     # every tool's
     "--help": "every tool (cli_parse)",
     # named on purpose although no tool has them
