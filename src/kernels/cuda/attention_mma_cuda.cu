@@ -10,7 +10,9 @@
 // forward's output is rescaled as the running maximum moves, so each tile's P V lands in shared memory
 // and every lane adds it into its row's registers. Softmax, D and dS are fp32 on CUDA cores: lane l of a
 // warp takes row l / 2 and half l % 2 of the warp's 16 x 64 score tile (row maximum and sum over the lane
-// pair by one shuffle). Every output element is written once; nothing is atomic: deterministic.
+// pair by one shuffle). Every output element is written once; nothing is atomic: deterministic. The
+// operands (q scaled and not, k, v, dO) are rounded to bf16 once per call into per-head copies in the
+// stream's scratch (k_mma_prepare), from which the blocks fill their tiles 16 bytes at a time.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <math.h>
