@@ -20,6 +20,7 @@
 #define MC CPU_SGEMM_MC
 #define NC CPU_SGEMM_NC
 #define A_IN_PLACE_MAX_N 512
+#define A_COLS_IN_PLACE_MAX_K 512
 
 #define AVX512 __attribute__((target("avx512f")))
 
@@ -29,6 +30,12 @@ enum { A_PACKED, A_ROWS, A_COLS };  // where the micro-kernel reads A: packed pa
 // few to repay its copy. Zen 5, 2 ranks x 1 thread: the seed model's step (M 128: linear2's forward
 // and linear1's input gradient read 128 x 2048 activations once each) 1-4% faster, the GPT bench
 // model's unchanged; reading A in place also for N 1536-2048 made the GPT step 2-5% slower.
+// A whose columns are contiguous (a weight gradient X^T dY: each k of a panel is another row of X) is
+// read in place only for K <= A_COLS_IN_PLACE_MAX_K: with a power-of-two row length (512, 2048 floats)
+// the rows a KC = 1024 panel walks fall into a few cache sets and evict each other. Zen 5, one thread,
+// operands evicted first, 20 alternating calls: the GPT bench model's 2048 x 512 x 2048 and 512 x 512 x
+// 2048 weight gradients 168 and 170 GFLOP/s in place, 186 and 181 packed; at K <= 512 (the seed
+// model's 128) in place is as fast or faster.
 
 // In-register transpose of a 16x16 block: r[i] holds row i on entry and column i on exit.
 AVX512 static inline void transpose16(__m512 r[16]) {
@@ -365,7 +372,8 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
             int swap = M;
             M = N, N = swap;
         }
-        p.a_direct = alpha == 1.0f && (p.cs_a == 1 || p.rs_a == 1) && N <= A_IN_PLACE_MAX_N;
+        p.a_direct = alpha == 1.0f && (p.cs_a == 1 || (p.rs_a == 1 && K <= A_COLS_IN_PLACE_MAX_K)) &&
+                     N <= A_IN_PLACE_MAX_N;
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
             for (p.pc = 0; p.pc < K; p.pc += KC) {
