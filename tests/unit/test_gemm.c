@@ -47,8 +47,11 @@ static int check_result(const float *C, const float *R, const float *C0, const d
     return *worst <= 1.0 && *untouched_ok;
 }
 
+static int exact_ld;  // leading dimensions exactly the operands' widths (else padded by 3, 5 and 7)
+
 static int run_case(const char *path, int threads, int ta, int tb, int M, int N, int K, float alpha, float beta) {
-    int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
+    int pad = !exact_ld;
+    int lda = (ta ? M : K) + 3 * pad, ldb = (tb ? K : N) + 5 * pad, ldc = N + 7 * pad;
     long asz = (long)(ta ? K : M) * lda, bsz = (long)(tb ? N : K) * ldb, csz = (long)M * ldc;
     float *A = malloc(sizeof(float) * asz), *B = malloc(sizeof(float) * bsz);
     float *C0 = malloc(sizeof(float) * csz), *C = malloc(sizeof(float) * csz), *R = malloc(sizeof(float) * csz);
@@ -312,6 +315,16 @@ int main(void) {
                     CHECK(run_case("cpu_gemm/default", 2, ta, tb, M, N, K, alpha, beta));
                     cases++;
                 }
+    // rows of exactly 1024 floats: A packed where its rows would share one L1 set (N >= 256), and (trans_b,
+    // M 260 < N 270) x W^T computed as W x^T, whose W with 1024-float rows must still be read in place
+    exact_ld = 1;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++)
+            for (int b = 0; b < 2; b++) {
+                CHECK(run_case("avx512", 1, ta, tb, 260, 270, 1024, 1.0f, (float)b));
+                cases++;
+            }
+    exact_ld = 0;
     int bf16_cases = 0;
     // NULL: the best available (AMX where present); avx512bf16 falls back to the best below it
     const char *bf16_paths[] = {NULL, "avx512bf16", "emulate"};

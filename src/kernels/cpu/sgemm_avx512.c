@@ -21,6 +21,7 @@
 #define NC CPU_SGEMM_NC
 #define A_IN_PLACE_MAX_N 512
 #define A_COLS_IN_PLACE_MAX_K 512
+#define A_ROWS_ALIAS_PACK_MIN_N 256
 
 #define AVX512 __attribute__((target("avx512f")))
 
@@ -36,6 +37,12 @@ enum { A_PACKED, A_ROWS, A_COLS };  // where the micro-kernel reads A: packed pa
 // operands evicted first, 20 alternating calls: the GPT bench model's 2048 x 512 x 2048 and 512 x 512 x
 // 2048 weight gradients 168 and 170 GFLOP/s in place, 186 and 181 packed; at K <= 512 (the seed
 // model's 128) in place is as fast or faster.
+// A with its rows contiguous whose row length is a multiple of 1024 floats (4 KiB: fc2's input and fc1's
+// output gradient in the GPT bench model, 2048) is packed when N >= A_ROWS_ALIAS_PACK_MIN_N: the 14 rows
+// a panel reads at once then sit in one L1 set (12 ways), and the lines they need evict each other.
+// Zen 5, one thread, 2048 x 512 x 2048: as fast either way on one vCPU (181 GFLOP/s), 110 in place
+// against 168 packed on the other in the same minutes (a state that came and went on that vCPU); at
+// N = 128 (the seed model) packing A is not repaid by 4 B panels, so it stays in place there.
 
 // In-register transpose of a 16x16 block: r[i] holds row i on entry and column i on exit.
 AVX512 static inline void transpose16(__m512 r[16]) {
@@ -372,7 +379,8 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
             int swap = M;
             M = N, N = swap;
         }
-        p.a_direct = alpha == 1.0f && (p.cs_a == 1 || (p.rs_a == 1 && K <= A_COLS_IN_PLACE_MAX_K)) &&
+        int rows_alias = p.cs_a == 1 && !p.c_trans && p.rs_a % 1024 == 0 && N >= A_ROWS_ALIAS_PACK_MIN_N;
+        p.a_direct = alpha == 1.0f && ((p.cs_a == 1 && !rows_alias) || (p.rs_a == 1 && K <= A_COLS_IN_PLACE_MAX_K)) &&
                      N <= A_IN_PLACE_MAX_N;
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
