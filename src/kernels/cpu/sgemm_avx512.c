@@ -379,9 +379,10 @@ void cpu_sgemm_avx512(int trans_a, int trans_b, int M, int N, int K, float alpha
             int swap = M;
             M = N, N = swap;
         }
-        int rows_alias = p.cs_a == 1 && !p.c_trans && p.rs_a % 1024 == 0 && N >= A_ROWS_ALIAS_PACK_MIN_N;
-        p.a_direct = alpha == 1.0f && ((p.cs_a == 1 && !rows_alias) || (p.rs_a == 1 && K <= A_COLS_IN_PLACE_MAX_K)) &&
-                     N <= A_IN_PLACE_MAX_N;
+        // where A may be read in place (the rules above); W x^T must be, its tiles are stored transposed
+        int rows_in_place = p.cs_a == 1 && (p.c_trans || p.rs_a % 1024 != 0 || N < A_ROWS_ALIAS_PACK_MIN_N);
+        int cols_in_place = p.rs_a == 1 && K <= A_COLS_IN_PLACE_MAX_K;
+        p.a_direct = alpha == 1.0f && N <= A_IN_PLACE_MAX_N && (rows_in_place || cols_in_place);
         for (p.jc = 0; p.jc < N && multiply; p.jc += NC) {
             p.nc = N - p.jc < NC ? N - p.jc : NC;
             for (p.pc = 0; p.pc < K; p.pc += KC) {
