@@ -35,6 +35,11 @@
 // packed along a band of 32 lines, 32 streams that the hardware prefetchers do not keep up with
 // (gemm-bench: weight gradient and x @ W 4-6% faster with it; a bf16 source gained nothing).
 #define PREFETCH_AHEAD 128
+// Rows of C one pass of the VDPBF16PS micro-kernel keeps in registers: 12 rows x 32 columns, 24
+// accumulators. VDPBF16PS takes 7-8 cycles on Zen 5 and issues two a cycle, so 16 accumulators (8 rows)
+// left no slack (bench/ceiling.c: 16 chains reach the peak exactly); 24 do (a 32 x 32 x 512 product on
+// packed tiles 414 -> 422 GFLOP/s, 256 x 256 x 64 387 -> 408, one thread, Zen 5).
+#define ROW_GROUP 12
 #define MC_ROWS 512     // rows of packed A swept per pass over B (keeps the A block in L2)
 
 enum { PATH_EMULATE, PATH_AVX512BF16, PATH_AMX };
@@ -309,57 +314,69 @@ AMX_TARGET static void micro_kernel(const uint16_t *ap, int a_kt, const uint16_t
         for (int j = 0; j < n; j++) c[(long)i * ldc + j] = accumulate ? c[(long)i * ldc + j] + tmp[i * 32 + j] : tmp[i * 32 + j];
 }
 
-// The same 32x32 block with VDPBF16PS: eight rows at a time, each row's two 16-column halves in two
-// accumulators (16 of the 32 vector registers); B's pair rows are loaded once per eight rows and A's
-// pairs are broadcast from the packed A tile (row r, pair p at a 32-bit offset r * 16 + p).
+// ROWS rows of a 32-column block of C with VDPBF16PS, block rows first .. first + ROWS - 1 (first and
+// ROWS constants after inlining): each row's two 16-column halves in two accumulators; B's pair rows
+// are loaded once per group and A's pairs broadcast from the packed A tiles (a0: the block's rows 0-15,
+// a1: rows 16-31; row r, pair p at a 32-bit offset r * 16 + p of its tile). rows: the group's valid rows.
 // bias: NULL, or the block's 32 columns of a row added to every row (without accumulate): acc + bias, as
 // acc + C would add a C filled with it.
+__attribute__((always_inline)) AMX_TARGET static inline void rows_avx512bf16(const uint16_t *a0, const uint16_t *a1,
+                                                                           const int first, const int ROWS,
+                                                                           const uint16_t *bp, const uint16_t *b1,
+                                                                           int KT, float *c, int ldc, int rows, int n,
+                                                                           int accumulate, const float *bias) {
+    // acc stays in registers only where every loop over r is unrolled: without the pragmas -O3 left
+    // the store loop rolled, and -O2 all three, keeping acc on the stack (the bf16 step at -O2 2.5x
+    // slower, a K = 64 product at -O3 5-8% slower)
+    __m512 acc[ROW_GROUP][2];
+#pragma GCC unroll 12  // ROW_GROUP (the pragma takes no macro)
+    for (int r = 0; r < ROWS; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (int kj = 0; kj < KT; kj++) {
+        const uint16_t *t0 = a0 + (size_t)kj * TILE_ELEMS, *t1 = a1 + (size_t)kj * TILE_ELEMS;
+        const uint16_t *bt0 = bp + (size_t)kj * TILE_ELEMS, *bt1 = b1 + (size_t)kj * TILE_ELEMS;
+        for (int p = 0; p < 16; p++) {
+            __m512bh v0 = (__m512bh)_mm512_load_si512(bt0 + 32 * p), v1 = (__m512bh)_mm512_load_si512(bt1 + 32 * p);
+#pragma GCC unroll 12  // ROW_GROUP (the pragma takes no macro)
+            for (int r = 0; r < ROWS; r++) {
+                int br = first + r;
+                const uint16_t *a = br < 16 ? t0 + 32 * br : t1 + 32 * (br - 16);
+                int32_t pair;
+                memcpy(&pair, a + 2 * p, sizeof pair);
+                __m512bh va = (__m512bh)_mm512_set1_epi32(pair);
+                acc[r][0] = _mm512_dpbf16_ps(acc[r][0], va, v0);
+                acc[r][1] = _mm512_dpbf16_ps(acc[r][1], va, v1);
+            }
+        }
+    }
+    __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
+#pragma GCC unroll 12  // ROW_GROUP (the pragma takes no macro)
+    for (int r = 0; r < ROWS; r++) {
+        if (r >= rows) break;
+        float *row = c + (long)(first + r) * ldc;
+        if (accumulate) {
+            acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, row));
+            acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, row + 16));
+        } else if (bias) {
+            acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, bias));
+            acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, bias + 16));
+        }
+        _mm512_mask_storeu_ps(row, m0, acc[r][0]);
+        _mm512_mask_storeu_ps(row + 16, m1, acc[r][1]);
+    }
+}
+
+// The same 32x32 block as micro_kernel with VDPBF16PS: rows in groups of ROW_GROUP, ROW_GROUP and the
+// rest (12, 12, 8). Every element sums its products in the same order whatever the grouping.
 AMX_TARGET static void micro_kernel_avx512bf16(const uint16_t *ap, int a_kt, const uint16_t *bp, int b_kt, int KT,
                                                float *c, int ldc, int m, int n, int accumulate, const float *bias) {
-    const uint16_t *b1 = bp + (size_t)b_kt * TILE_ELEMS;
+    const uint16_t *b1 = bp + (size_t)b_kt * TILE_ELEMS, *a1 = ap + (size_t)a_kt * TILE_ELEMS;
     for (int r = 0; r < m; r++) {  // C's lines are fetched while the first rows compute, not when stored
         _mm_prefetch((const char *)(c + (long)r * ldc), _MM_HINT_T0);
         _mm_prefetch((const char *)(c + (long)r * ldc + 16), _MM_HINT_T0);
     }
-    for (int r0 = 0; r0 < m; r0 += 8) {
-        const uint16_t *a_tile = ap + (size_t)(r0 / 16) * a_kt * TILE_ELEMS;  // the 16-row group of rows r0..
-        int rl = r0 % 16, rows = m - r0 < 8 ? m - r0 : 8;
-        // acc stays in registers only where every loop over r is unrolled: without the pragmas -O3 left
-        // the store loop (bound: rows) rolled, and -O2 all three, keeping acc on the stack (the bf16 step
-        // at -O2 2.5x slower, a K = 64 product at -O3 5-8% slower)
-        __m512 acc[8][2];
-#pragma GCC unroll 8
-        for (int r = 0; r < 8; r++) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
-        for (int kj = 0; kj < KT; kj++) {
-            const uint16_t *a = a_tile + (size_t)kj * TILE_ELEMS + rl * 32;  // pairs: row r, pair p at 2 (16 r + p)
-            const uint16_t *bt0 = bp + (size_t)kj * TILE_ELEMS, *bt1 = b1 + (size_t)kj * TILE_ELEMS;
-            for (int p = 0; p < 16; p++) {
-                __m512bh v0 = (__m512bh)_mm512_load_si512(bt0 + 32 * p), v1 = (__m512bh)_mm512_load_si512(bt1 + 32 * p);
-#pragma GCC unroll 8
-                for (int r = 0; r < 8; r++) {
-                    int32_t pair;
-                    memcpy(&pair, a + 2 * (r * 16 + p), sizeof pair);
-                    __m512bh va = (__m512bh)_mm512_set1_epi32(pair);
-                    acc[r][0] = _mm512_dpbf16_ps(acc[r][0], va, v0);
-                    acc[r][1] = _mm512_dpbf16_ps(acc[r][1], va, v1);
-                }
-            }
-        }
-        __mmask16 m0 = lanes(n), m1 = lanes(n - 16);
-#pragma GCC unroll 8
-        for (int r = 0; r < rows; r++) {
-            float *row = c + (long)(r0 + r) * ldc;
-            if (accumulate) {
-                acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, row));
-                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, row + 16));
-            } else if (bias) {
-                acc[r][0] = _mm512_add_ps(acc[r][0], _mm512_maskz_loadu_ps(m0, bias));
-                acc[r][1] = _mm512_add_ps(acc[r][1], _mm512_maskz_loadu_ps(m1, bias + 16));
-            }
-            _mm512_mask_storeu_ps(row, m0, acc[r][0]);
-            _mm512_mask_storeu_ps(row + 16, m1, acc[r][1]);
-        }
-    }
+    rows_avx512bf16(ap, a1, 0, ROW_GROUP, bp, b1, KT, c, ldc, m, n, accumulate, bias);
+    if (m > ROW_GROUP) rows_avx512bf16(ap, a1, ROW_GROUP, ROW_GROUP, bp, b1, KT, c, ldc, m - ROW_GROUP, n, accumulate, bias);
+    if (m > 2 * ROW_GROUP) rows_avx512bf16(ap, a1, 2 * ROW_GROUP, 32 - 2 * ROW_GROUP, bp, b1, KT, c, ldc, m - 2 * ROW_GROUP, n, accumulate, bias);
 }
 
 // One product's operands and packed tiles, as every thread sees them.
