@@ -121,7 +121,8 @@ typedef struct fsdp_kernels {
     void (*dropout_backward)(fsdp_stream *st, float *dinp, const float *dout, size_t n, float p, fsdp_rng rng);
     // Fused: pre (N, F) += bias (F,) (a GEMM's product becomes the layer's output), then act (N, F) =
     // dropout(activation(pre)) (the dropout of one call over N*F values; p = 0: none); act_b16 (N, F):
-    // when not NULL, act goes there in bf16 instead
+    // when not NULL, act goes there in bf16 instead. bias NULL: pre already holds the layer's output (its
+    // product added the bias) and is only read.
     void (*bias_act_dropout_forward)(fsdp_stream *st, float *pre, float *act, fsdp_bf16 *act_b16, const float *bias,
                                      int N, int F, fsdp_activation a, float p, fsdp_rng rng);
     // dpre (n,) = activation'(pre) * the dropout's backward of dact (n,); dpre may be dact

@@ -51,7 +51,7 @@ fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *o
     const float *bias = nn_param_f32(ctx, l->bias);
     FSDP_ASSERT(bias != NULL);
     const fsdp_bf16 *w = l->weight->data_b16;
-    if (w && !l->lora) {  // bf16 weights: the bias joins where the product's rows are stored (same bits)
+    if (nn_linear_bias_in_product(l)) {  // the bias joins where the product's rows are stored (same bits)
         int trans_b = !l->conv1d, ldb = l->conv1d ? l->out : l->in;
         if (inp.b16)
             ctx->k->gemm_a16_b16_bias(ctx->stream, trans_b, N, l->out, l->in, inp.b16, l->in, w, ldb, bias, out, l->out);
@@ -62,6 +62,8 @@ fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *o
     ctx->k->fill_rows(ctx->stream, out, bias, N, l->out);
     return linear_product(ctx, l, out, inp, N, 1.0f);
 }
+
+int nn_linear_bias_in_product(const nn_linear *l) { return l->weight->data_b16 && !l->lora; }
 
 fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N) {
     return linear_product(ctx, l, out, inp, N, 0.0f);

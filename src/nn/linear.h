@@ -41,8 +41,11 @@ fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out,
 // The same from an input in either storage: a bf16 one goes through the table's gemm_a16 entries (a
 // layer with an adapter takes fp32 input only)
 fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N);
+// Whether nn_linear_forward_in adds the bias inside its product (the table's gemm_*_bias: bf16 weights,
+// no adapter), with no pass over the output of its own; else its output starts as the bias (fill_rows)
+int nn_linear_bias_in_product(const nn_linear *l);
 // The same product without the bias: out (N, out) = inp W^T (+ the adapter's term), for a caller whose
-// next kernel adds the bias itself (bias_act_dropout_forward)
+// next kernel adds the bias itself (bias_act_dropout_forward) where the product would not
 fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N);
 // dW, db += ... (skipped for a frozen weight or bias: grad NULL); dinp (N, in) = dout @ W (+= when
 // accumulate_dinp), plus the adapter's term; dinp may be NULL

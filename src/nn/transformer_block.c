@@ -173,12 +173,18 @@ static float inner_p(const nn_ctx *ctx, const nn_block *blk) {
     return blk->cfg.ffn_dropout ? site_p(ctx, blk->cfg.dropout) : 0.0f;
 }
 
-// fc1 (its bias, activation and inner dropout in one fused pass) -> fc2; inp (N, C) -> blk->f2 (N, C),
-// before the output dropout (which the caller fuses into its residual add)
+// fc1 (its bias, activation and inner dropout in one fused pass; the bias inside the product where it
+// can go there) -> fc2; inp (N, C) -> blk->f2 (N, C), before the output dropout (which the caller fuses
+// into its residual add)
 static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, nn_input inp, int N) {
-    FSDP_CHECK(nn_linear_forward_no_bias(ctx, &blk->fc1, blk->f1, inp, N));
-    const float *b1 = nn_param_f32(ctx, blk->fc1.bias);
-    FSDP_ASSERT(b1 != NULL);
+    const float *b1 = NULL;  // the bias the activation pass adds (NULL: the product added it)
+    if (nn_linear_bias_in_product(&blk->fc1)) {  // f1 is then not written back by that pass: N x F floats
+        FSDP_CHECK(nn_linear_forward_in(ctx, &blk->fc1, blk->f1, inp, N));
+    } else {
+        FSDP_CHECK(nn_linear_forward_no_bias(ctx, &blk->fc1, blk->f1, inp, N));
+        b1 = nn_param_f32(ctx, blk->fc1.bias);
+        FSDP_ASSERT(b1 != NULL);
+    }
     ctx->k->bias_act_dropout_forward(ctx->stream, blk->f1, blk->act, blk->act_b16, b1, N, blk->cfg.d_ff, blk->cfg.activation,
                                      inner_p(ctx, blk), nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
     return nn_linear_forward_in(ctx, &blk->fc2, blk->f2, act_in(blk), N);

@@ -208,6 +208,12 @@ static void check_bias_act_dropout(int N, int F, fsdp_activation a, float p) {
     CHECK(mask_ok && (p <= 0.0f || dropped > 0));
     CHECK(e_act <= 2e-6 && e_d <= 2e-6);
     CHECK(same_bits(inplace, dpre, n));
+    // bias NULL (the product added it): pre is only read, act the same bits
+    float *pre2 = malloc(sizeof(float) * n), *act2 = malloc(sizeof(float) * n);
+    memcpy(pre2, pre, sizeof(float) * n);
+    cpu_bias_act_dropout_forward(pre2, act2, NULL, NULL, N, F, a, p, rng);
+    CHECK(same_bits(pre2, pre, n) && same_bits(act2, act, n));
+    free(pre2), free(act2);
     if (a == FSDP_ACT_RELU) {  // from the forward's output instead of its input: the same bits
         memcpy(inplace, dact, sizeof(float) * n);
         cpu_relu_dropout_backward(inplace, inplace, act, n, p);

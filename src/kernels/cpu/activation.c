@@ -153,17 +153,20 @@ void cpu_dropout_backward(float *dinp, const float *dout, size_t n, float p, fsd
     dropout_apply(dinp, dout, n, p, rng, NULL, FSDP_ACT_RELU);
 }
 
-// Rows go to threads (one OpenMP region, none for a single chunk's worth): each row gets its bias, its
-// activation, then its part of the dropout mask (elements n*F.., as one call over N*F values would). A
-// bf16 output is made in pieces of ACT_CHUNK values on the stack, then rounded.
+// Rows go to threads (one OpenMP region, none for a single chunk's worth): each row gets its bias (none
+// when bias is NULL: pre is then only read), its activation, then its part of the dropout mask (elements
+// n*F.., as one call over N*F values would). A bf16 output is made in pieces of ACT_CHUNK values on the
+// stack, then rounded.
 void cpu_bias_act_dropout_forward(float *pre, float *act, fsdp_bf16 *act_b16, const float *bias, int N, int F,
                                   fsdp_activation a, float p, fsdp_rng rng) {
 #pragma omp parallel for schedule(static) if ((size_t)N * F > 8 * ACT_CHUNK)
     for (int n = 0; n < N; n++) {
         size_t at = (size_t)n * F;
         float *x = pre + at;  // (F,)
+        if (bias) {
 #pragma omp simd
-        for (int f = 0; f < F; f++) x[f] += bias[f];
+            for (int f = 0; f < F; f++) x[f] += bias[f];
+        }
         if (!act_b16) {
             float *y = act + at;  // (F,)
             act_range(y, x, (size_t)F, a);

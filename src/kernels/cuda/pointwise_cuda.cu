@@ -114,13 +114,16 @@ __global__ void k_copy_u16(uint16_t *dst, const uint16_t *src, size_t n) {
     GRID_STRIDE(i, n) dst[i] = src[i];
 }
 
-// pre (N*F,) += bias (F,) per row, then act (N*F,) (or act_b16 when not NULL) = dropout(a(pre));
-// dropout only when use_dropout (p > 0)
+// pre (N*F,) += bias (F,) per row (bias NULL: pre is only read), then act (N*F,) (or act_b16 when not
+// NULL) = dropout(a(pre)); dropout only when use_dropout (p > 0)
 __global__ void k_bias_act_dropout(float *pre, float *act, uint16_t *act_b16, const float *bias, size_t n, int F,
                                    int a, int use_dropout, float p, float scale, fsdp_rng rng) {
     GRID_STRIDE(i, n) {
-        float x = __fadd_rn(pre[i], bias[i % (size_t)F]);
-        pre[i] = x;
+        float x = pre[i];
+        if (bias) {
+            x = __fadd_rn(x, bias[i % (size_t)F]);
+            pre[i] = x;
+        }
         float y = act_value(a, x);
         if (use_dropout) y = dropout_value(y, i, p, scale, rng);
         if (act_b16) act_b16[i] = cu_f32_to_bf16(y);
