@@ -440,6 +440,20 @@ static void test_fused_activation(void) {
                 check_mask(name, g16, w16, n);
                 check_untouched(label("bias_act_dropout_forward bf16: fp32 act not written"), dact2, sent, n);
 
+                // bias NULL (a product added it): the biased pre is only read, bf16 act as above
+                float *dpre3 = dev_floats(pre2, n);
+                fsdp_bf16 *dact16n = dev_b16_garbage(n);
+                T.kg[B]->bias_act_dropout_forward(T.gs, dpre3, NULL, dact16n, NULL, N, F, a, p, RNG);
+                fsdp_bf16 *gact16n = get_b16(dact16n, n);
+                float *g16n = widen(gact16n, n);
+                snprintf(name, sizeof name, "%s",
+                         label("bias_act_dropout_forward bias NULL %s p=%g N=%d F=%d", act_name(a), (double)p, N, F));
+                check_untouched(name, dpre3, pre2, n);
+                if (a == FSDP_ACT_RELU) check_bytes(name, gact16n, act16, sizeof(fsdp_bf16) * n);
+                else check_close(name, g16n, w16, n, act_atol(a), BF16_RTOL);
+                free(gact16n), free(g16n);
+                dev_free(dpre3), dev_free(dact16n);
+
                 // act_dropout_backward at the biased pre (out of place, and dpre = dact)
                 for (int inplace = 0; inplace < 2; inplace++) {
                     float *want = host_dup(inplace ? dact : sent, n);
