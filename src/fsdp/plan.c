@@ -226,7 +226,9 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     // activations (fp32): each block's buffers (nn/transformer_block.c), the Sequential's backward
     // buffers (nn/sequential.c) and the model's own (nn/gpt2.c), or the tool's input (fsdp-minimal)
     int64_t B = in->batch, N = B * T;
-    double per_block = 4.0 * (double)(N * (11 * C + 2 * F + 4) + B * H * T);  // attention: (B, H, T) row stats
+    // per row: ln1_out, qkv (3), attention's output, r1, out and ln2_out (pre-LN) or r2 (post-LN): 8 C;
+    // f1 and act: 2 F; two norms' mean and rstd: 4. out_proj's and fc2's outputs are not kept.
+    double per_block = 4.0 * (double)(N * (8 * C + 2 * F + 4) + B * H * T);  // attention: (B, H, T) row stats
     // bf16 mixed precision keeps the activations that only feed matrix products in bf16 (blocks without
     // adapters, nn/transformer_block.c block_b16): the FFN activation, and pre-LN (GPT-2) the two norms'
     // outputs; post-LN's first norm output is also a residual and stays fp32

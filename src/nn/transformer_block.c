@@ -59,10 +59,10 @@ void nn_block_init_gpt2(nn_block *blk, nn_params *ps, const char *prefix, nn_blo
 
 void nn_block_free(nn_block *blk) {
     void **bufs[] = {(void **)&blk->ln1_out, (void **)&blk->ln1_mean, (void **)&blk->ln1_rstd, (void **)&blk->qkv,
-                     (void **)&blk->att, (void **)&blk->attn_ctx, (void **)&blk->attn_out, (void **)&blk->r1,
-                     (void **)&blk->ln2_out, (void **)&blk->ln2_mean, (void **)&blk->ln2_rstd, (void **)&blk->f1,
-                     (void **)&blk->act, (void **)&blk->f2, (void **)&blk->r2, (void **)&blk->ln1_b16,
-                     (void **)&blk->ln2_b16, (void **)&blk->act_b16, (void **)&blk->out};
+                     (void **)&blk->att, (void **)&blk->attn_ctx, (void **)&blk->r1, (void **)&blk->ln2_out,
+                     (void **)&blk->ln2_mean, (void **)&blk->ln2_rstd, (void **)&blk->f1, (void **)&blk->act,
+                     (void **)&blk->r2, (void **)&blk->ln1_b16, (void **)&blk->ln2_b16, (void **)&blk->act_b16,
+                     (void **)&blk->out};
     int borrowed = blk->share && blk->share != blk;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if ((!borrowed || bufs[i] == (void **)&blk->out) && *bufs[i]) fsdp_dev_free(blk->dev, *bufs[i]);
@@ -100,9 +100,9 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T, in
             blk->capacity_rows = N;
         }
         blk->ln1_out = o->ln1_out, blk->ln1_mean = o->ln1_mean, blk->ln1_rstd = o->ln1_rstd, blk->qkv = o->qkv;
-        blk->att = o->att, blk->attn_ctx = o->attn_ctx, blk->attn_out = o->attn_out, blk->r1 = o->r1;
+        blk->att = o->att, blk->attn_ctx = o->attn_ctx, blk->r1 = o->r1;
         blk->ln2_out = o->ln2_out, blk->ln2_mean = o->ln2_mean, blk->ln2_rstd = o->ln2_rstd, blk->f1 = o->f1;
-        blk->act = o->act, blk->f2 = o->f2, blk->r2 = o->r2;
+        blk->act = o->act, blk->r2 = o->r2;
         blk->ln1_b16 = o->ln1_b16, blk->ln2_b16 = o->ln2_b16, blk->act_b16 = o->act_b16;
         blk->B = B;
         blk->T = T;
@@ -119,12 +119,11 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T, in
     struct { void **p; size_t bytes; } want[] = {
         {(void **)&blk->ln1_out, b16 && pre_ln ? 0 : N * C * f4}, {(void **)&blk->ln1_b16, b16 && pre_ln ? N * C * h2 : 0},
         {(void **)&blk->ln1_mean, N * f4}, {(void **)&blk->ln1_rstd, N * f4}, {(void **)&blk->qkv, N * 3 * C * f4},
-        {(void **)&blk->att, att_floats * f4}, {(void **)&blk->attn_ctx, N * C * f4},
-        {(void **)&blk->attn_out, N * C * f4}, {(void **)&blk->r1, N * C * f4},
-        {(void **)&blk->ln2_out, b16 && pre_ln ? 0 : N * C * f4}, {(void **)&blk->ln2_b16, b16 && pre_ln ? N * C * h2 : 0},
+        {(void **)&blk->att, att_floats * f4}, {(void **)&blk->attn_ctx, N * C * f4}, {(void **)&blk->r1, N * C * f4},
+        {(void **)&blk->ln2_out, pre_ln && !b16 ? N * C * f4 : 0}, {(void **)&blk->ln2_b16, b16 && pre_ln ? N * C * h2 : 0},
         {(void **)&blk->ln2_mean, N * f4}, {(void **)&blk->ln2_rstd, N * f4}, {(void **)&blk->f1, N * F * f4},
         {(void **)&blk->act, b16 ? 0 : N * F * f4}, {(void **)&blk->act_b16, b16 ? N * F * h2 : 0},
-        {(void **)&blk->f2, N * C * f4}, {(void **)&blk->r2, N * C * f4}, {(void **)&blk->out, N * C * f4},
+        {(void **)&blk->r2, pre_ln ? 0 : N * C * f4}, {(void **)&blk->out, N * C * f4},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         if (!want[i].bytes) continue;
@@ -174,9 +173,9 @@ static float inner_p(const nn_ctx *ctx, const nn_block *blk) {
 }
 
 // fc1 (its bias, activation and inner dropout in one fused pass; the bias inside the product where it
-// can go there) -> fc2; inp (N, C) -> blk->f2 (N, C), before the output dropout (which the caller fuses
+// can go there) -> fc2; inp (N, C) -> out (N, C), before the output dropout (which the caller fuses
 // into its residual add)
-static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, nn_input inp, int N) {
+static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, float *out, nn_input inp, int N) {
     const float *b1 = NULL;  // the bias the activation pass adds (NULL: the product added it)
     if (nn_linear_bias_in_product(&blk->fc1)) {  // f1 is then not written back by that pass: N x F floats
         FSDP_CHECK(nn_linear_forward_in(ctx, &blk->fc1, blk->f1, inp, N));
@@ -187,7 +186,7 @@ static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, nn_input inp, i
     }
     ctx->k->bias_act_dropout_forward(ctx->stream, blk->f1, blk->act, blk->act_b16, b1, N, blk->cfg.d_ff, blk->cfg.activation,
                                      inner_p(ctx, blk), nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    return nn_linear_forward_in(ctx, &blk->fc2, blk->f2, act_in(blk), N);
+    return nn_linear_forward_in(ctx, &blk->fc2, out, act_in(blk), N);
 }
 
 // d_ffn_out (N, C) -> dinp (N, C), accumulated into when accumulate (else overwritten); sf: (N, F)
@@ -209,7 +208,9 @@ static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accu
 }
 
 // The residual adds are fused into the LayerNorm after them (with the dropout on the branch) where one
-// follows: post-LN both, pre-LN the attention's; pre-LN's FFN residual ends the block.
+// follows: post-LN both, pre-LN the attention's; pre-LN's FFN residual ends the block. out_proj's output
+// goes to out (free until the block's last step) and fc2's to out (pre-LN: out = r1 + dropout(out)) or
+// to r2 (post-LN: r2 = ln1_out + dropout(r2), in place): neither is kept for backward.
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T) {
     FSDP_CHECK(ensure_buffers(blk, ctx->dev, B, T, block_b16(ctx, blk)));
     const fsdp_kernels *k = ctx->k;
@@ -223,22 +224,22 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
     if (blk->cfg.norm_first) {
         // r1 = x + dropout(attn(norm1(x))); out = r1 + dropout(ffn(norm2(r1)))
         nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_b16, blk->ln1_mean, blk->ln1_rstd, inp, N);
-        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx,
+        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->out, blk->qkv, blk->att, blk->attn_ctx,
                                   ln1_in(blk)));
         nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r1, blk->ln2_out, blk->ln2_b16, blk->ln2_mean,
-                                      blk->ln2_rstd, inp, blk->attn_out, p, rng_attn_out, N);
-        FSDP_CHECK(ffn_forward(ctx, blk, ln2_in(blk), N));
-        k->dropout_forward(st, blk->f2, blk->f2, NC, p, rng_ffn_out);
-        k->add(st, blk->out, blk->r1, blk->f2, NC);
+                                      blk->ln2_rstd, inp, blk->out, p, rng_attn_out, N);
+        FSDP_CHECK(ffn_forward(ctx, blk, blk->out, ln2_in(blk), N));
+        k->dropout_forward(st, blk->out, blk->out, NC, p, rng_ffn_out);
+        k->add(st, blk->out, blk->r1, blk->out, NC);
     } else {
         // r1 = x + dropout(attn(x)); h1 = norm1(r1); r2 = h1 + dropout(ffn(h1)); out = norm2(r2)
-        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->attn_out, blk->qkv, blk->att, blk->attn_ctx,
+        FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->out, blk->qkv, blk->att, blk->attn_ctx,
                                   nn_in_f32(inp)));
         nn_residual_layernorm_forward(ctx, &blk->norm1, blk->r1, blk->ln1_out, NULL, blk->ln1_mean, blk->ln1_rstd,
-                                      inp, blk->attn_out, p, rng_attn_out, N);
-        FSDP_CHECK(ffn_forward(ctx, blk, nn_in_f32(blk->ln1_out), N));
+                                      inp, blk->out, p, rng_attn_out, N);
+        FSDP_CHECK(ffn_forward(ctx, blk, blk->r2, nn_in_f32(blk->ln1_out), N));
         nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r2, blk->out, NULL, blk->ln2_mean, blk->ln2_rstd,
-                                      blk->ln1_out, blk->f2, p, rng_ffn_out, N);
+                                      blk->ln1_out, blk->r2, p, rng_ffn_out, N);
     }
     return FSDP_OK;
 }

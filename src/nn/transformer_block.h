@@ -41,15 +41,16 @@ typedef struct nn_block_s {
     float *qkv;            // (N, 3C)
     float *att;            // (B, H, T) attention row statistics (log-sum-exp)
     float *attn_ctx;       // (N, C) attention output before out_proj
-    float *attn_out;       // (N, C) out_proj output after dropout
-    float *r1;             // (N, C) x + attn_out
-    float *ln2_out;        // (N, C) pre-LN only: norm2(r1)
+    float *r1;             // (N, C) x + dropout(out_proj's output)
+    float *ln2_out;        // (N, C) pre-LN only (NULL post-LN): norm2(r1)
     float *ln2_mean, *ln2_rstd;  // (N,)
     float *f1;             // (N, F) fc1 output
     float *act;            // (N, F) activation output after dropout
-    float *f2;             // (N, C) fc2 output after dropout
-    float *r2;             // (N, C) post-LN only: ln1_out + f2
+    float *r2;             // (N, C) post-LN only (NULL pre-LN): ln1_out + dropout(fc2's output)
     float *out;            // (N, C) block output
+    // out_proj's and fc2's outputs, which backward does not read, are not kept: forward writes them
+    // where a buffer is free until later in the same forward (out_proj's into out, which the block's
+    // last step overwrites; fc2's into out pre-LN, into r2 post-LN, the residual add reading it in place)
 } nn_block;
 
 nn_block_config nn_encoder_layer_defaults(int d_model, int n_heads);  // torch defaults

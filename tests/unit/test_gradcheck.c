@@ -2,6 +2,7 @@
 // nn_mha, the elementwise kernels, nn_block, nn_sequential, nn_embedding, the cross-entropy kernel and
 // nn_abs_mean (the whole models are in test_gradcheck_models.c). The method, the tolerances and the
 // device-memory discipline (it passes under FSDP_DEVICE=guard) are described in gradcheck_fixture.h.
+#include "core/alloc.h"
 #include "gradcheck_fixture.h"
 #include "nn/embedding.h"
 #include "nn/encoder_stack.h"
@@ -255,7 +256,13 @@ static void test_block(const char *title, nn_block_config cfg, int gpt2) {
     fill_uniform(t.r.h, (size_t)N * C, 10, -1.0f, 1.0f);
     fill(dx.h, (size_t)N * C, DINP_GARBAGE);
     buf_up(t.x), buf_up(t.r), buf_up(dx);
+    size_t act0 = fsdp_mem_current(FSDP_MEM_ACTIVATIONS);
     double l0 = blk_fwd(&t);
+    // what the block keeps for backward, exactly: per token ln1_out, q/k/v, attention's output, r1,
+    // ln2_out (pre-LN) or r2 (post-LN), out (8 C), fc1's output and the activation (2 F), the norms'
+    // mean and rstd (4); per (b, h, t) the log-sum-exp. out_proj's and fc2's outputs are not kept.
+    size_t kept = sizeof(float) * ((size_t)N * (8 * C + 2 * cfg.d_ff + 4) + (size_t)N * cfg.n_heads);
+    CHECK(fsdp_mem_current(FSDP_MEM_ACTIVATIONS) - act0 == kept);
     nn_block_backward(&t.ctx, &t.blk, dx.d, t.r.d, t.x.d, scratch);
     unprefill(&pm);
     buf_down(dx);
