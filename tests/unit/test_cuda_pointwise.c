@@ -396,7 +396,6 @@ static void test_dropout(void) {
     }
 }
 
-// bias + activation + dropout forward, and the backwards from it
 // The GPU's bf16 activation output d_act16 (n,) against the CPU's want16 (n,): ReLU bit for bit, GELU
 // within the bf16 tolerance, the same dropout mask
 static void check_act16(const char *name, fsdp_activation a, const fsdp_bf16 *d_act16, const fsdp_bf16 *want16,
@@ -409,6 +408,7 @@ static void check_act16(const char *name, fsdp_activation a, const fsdp_bf16 *d_
     free(got16), free(want), free(got);
 }
 
+// bias + activation + dropout forward, and the backwards from it
 static void test_fused_activation(void) {
     for (size_t r = 0; r < NROWS; r++) {
         int N = ROWS[r][0], F = ROWS[r][1];

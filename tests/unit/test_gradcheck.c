@@ -2,7 +2,6 @@
 // nn_mha, the elementwise kernels, nn_block, nn_sequential, nn_embedding, the cross-entropy kernel and
 // nn_abs_mean (the whole models are in test_gradcheck_models.c). The method, the tolerances and the
 // device-memory discipline (it passes under FSDP_DEVICE=guard) are described in gradcheck_fixture.h.
-#include "core/alloc.h"
 #include "gradcheck_fixture.h"
 #include "nn/embedding.h"
 #include "nn/encoder_stack.h"
