@@ -38,6 +38,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--deterministic", ARG_BOOL, &o->deterministic, "bit-identical losses, gradient norms and parameters on any world size that divides --det-chunks: the global batch (--global-batch, required) is cut into fixed chunks, each chunk's gradients are summed exactly in fixed point (docs/deterministic.md)", 1, 0, NULL},
         {"--det-chunks", ARG_INT, &o->det_chunks, "--deterministic: chunks per step (each one micro-step of one rank; must divide --global-batch and be divisible by the world size; default world x --grad-accum when --grad-accum is given, else --global-batch: one sequence per chunk)", 0, 65536, NULL},
         {"--freeze", ARG_LIST, &o->freeze, "freeze the parameters whose names match this glob (requires_grad=False; e.g. 'h.[0-3].*', 'wte.weight'; repeatable, or comma-separated): still sharded and gathered for compute, but no gradient, no reduction and no optimizer state; a glob that matches nothing is an error (docs/finetuning.md)", 1, 0, NULL},
+        {"--new-run", ARG_BOOL, &o->ckpt.new_run, "start a new run (lineage) in a --ckpt-dir that holds another run's checkpoints: they move to DIR/archive/ first, kept whole (never deleted); without it such a directory is refused unless --resume continues it", 1, 0, NULL},
         {"--allow-lowp-resume", ARG_BOOL, &o->ckpt.allow_lowp, "--resume: accept a checkpoint stored in bf16 (fsdp-ckpt convert --dtype bf16), training on from its rounded weights and moments", 1, 0, NULL},
     };
     for (int i = 0; i < CLI_FSDP_NFLAGS; i++) args[n + i] = shared[i];
@@ -49,11 +50,16 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank) 
                             : o->ckpt.save_every > 0   ? "--save-every"
                             : o->ckpt.keep_last > 0    ? "--keep-last"
                             : o->ckpt.type >= 0        ? "--ckpt-type"
+                            : o->ckpt.new_run          ? "--new-run"
                                                        : NULL;
     const char *error = NULL;
     char line[200];
     if (needs_dir) {
         snprintf(line, sizeof line, "%s needs --ckpt-dir (without it no checkpoint is written)", needs_dir);
+        error = line;
+    } else if (o->ckpt.new_run && o->ckpt.resume && !strcmp(o->ckpt.resume, "auto")) {
+        snprintf(line, sizeof line, "--new-run starts a new run: --resume auto would continue the newest checkpoint "
+                 "instead (give --resume DIR to start the new run from a checkpoint)");
         error = line;
     } else if (o->det_chunks > 0 && !o->deterministic) {
         snprintf(line, sizeof line, "--det-chunks %d needs --deterministic", o->det_chunks);

@@ -19,13 +19,13 @@ typedef struct {
     int summary;                  // --summary
     int init_nonstrict;           // --init-nonstrict
     const char *device;           // --device cpu|guard (NULL: $FSDP_DEVICE, else cpu)
-    cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume
+    cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume --new-run
     int deterministic;            // --deterministic
     int det_chunks;               // --det-chunks (0: resolved by cli_batch_resolve)
     const char *freeze;           // --freeze GLOB[,GLOB...] (repeatable: the values joined with commas), or NULL
 } cli_fsdp_options;
 
-#define CLI_FSDP_NFLAGS 23
+#define CLI_FSDP_NFLAGS 24
 
 void cli_fsdp_defaults(cli_fsdp_options *o);
 // Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.

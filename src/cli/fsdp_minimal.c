@@ -18,6 +18,7 @@
 #include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
+#include "cli/train_lineage.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
 #include "core/timer.h"
@@ -101,6 +102,8 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, fsdp_
 static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *threads) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     if (cli_fsdp_check_flags("fsdp-minimal", &o->fsdp, R)) return 2;
+    // --ckpt-dir: created, locked and its lineage decided (released by main's cli_ckpt_close)
+    if (cli_ckpt_open("fsdp-minimal", &o->fsdp.ckpt, 1, world)) return 2;
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
         {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
@@ -298,6 +301,7 @@ int main(int argc, char **argv) {
     fsdp_threads_choice threads;
     if (cli_threads_setup("fsdp-minimal", world, o.threads, &threads) != FSDP_OK) return fail(fsdp_last_error());
     int rc = run(&o, world, &threads);
+    cli_ckpt_close(&o.fsdp.ckpt);
     fsdp_comm_free(world);
     return rc;
 }

@@ -20,6 +20,7 @@
 #include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
+#include "cli/train_lineage.h"
 #include "cli/train_flags.h"
 #include "cli/train_log.h"
 #include "cli/train_sample.h"
@@ -197,6 +198,7 @@ static int run(train_options *o, fsdp_comm *world) {
     fsdp_tokenizer *tok = NULL;
     if (open_tokenizer(o, R, &tok)) return 2;
     int rc = run_with(o, world, tok);
+    cli_ckpt_close(&o->fsdp.ckpt);
     fsdp_tokenizer_free(tok);
     return rc;
 }
@@ -218,6 +220,8 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         if (R == 0) fprintf(stderr, "fsdp-train: --val-data needs --eval-every (without it nothing is evaluated)\n");
         return 2;
     }
+    // --ckpt-dir: created, locked and its lineage decided (released by run's cli_ckpt_close)
+    if (cli_ckpt_open("fsdp-train", &o->fsdp.ckpt, !o->eval_only, world)) return 2;
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
         {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},

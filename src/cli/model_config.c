@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_dir.h"
 #include "ckpt/safetensors.h"
 
 static const cli_arg *find_flag(const cli_model_config *c, const char *flag) {
@@ -63,7 +64,7 @@ int cli_config_from_inputs(const cli_model_config *c, const char *init_path, con
         return -1;
     }
     if (!found) return 0;
-    cli_ckpt_config_file(dir, path, sizeof path);
+    fsdp_ckpt_meta_file(dir, path, sizeof path);
     return access(path, F_OK) == 0 ? cli_config_from_file(c, path) : 0;  // (missing: the load reports it)
 }
 

@@ -13,13 +13,14 @@
 #include "core/alloc.h"
 #include "core/timer.h"
 
-fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t steps_done, int64_t seed,
+fsdp_status cli_ckpt_save(fsdp_state *fs, cli_ckpt_options *o, int64_t steps_done, int64_t seed,
                           int64_t global_batch, int rank) {
     char dir[4096];
     if (rank == 0 && mkdir(o->dir, 0755) != 0 && errno != EEXIST)
         return fsdp_error(FSDP_ERR_IO, "--ckpt-dir %s: cannot create: %s", o->dir, strerror(errno));
     fsdp_ckpt_step_dir(o->dir, steps_done, dir, sizeof dir);
-    fsdp_trainer_state ts = {steps_done, seed, global_batch};
+    fsdp_trainer_state ts = {steps_done, seed, global_batch, "", o->resumed_from};
+    snprintf(ts.run_id, sizeof ts.run_id, "%s", o->run_id);
     double t0 = fsdp_now_sec();
     size_t before = fsdp_mem_current_total();
     fsdp_mem_reset_peaks();
@@ -28,7 +29,8 @@ fsdp_status cli_ckpt_save(fsdp_state *fs, const cli_ckpt_options *o, int64_t ste
         printf("checkpoint: %s (%.2f s, peak extra memory %.1f MiB on rank 0)\n", dir, fsdp_now_sec() - t0,
                (double)(fsdp_mem_peak_total() - before) / 1048576.0);
         fflush(stdout);
-        if (o->keep_last > 0) FSDP_CHECK(fsdp_ckpt_rotate(o->dir, o->keep_last));
+        o->saved++;
+        if (o->keep_last > 0) FSDP_CHECK(fsdp_ckpt_rotate(o->dir, o->keep_last, o->run_id));
     }
     return FSDP_OK;
 }
@@ -82,12 +84,6 @@ fsdp_status cli_ckpt_resume_dir(const cli_ckpt_options *o, char *dir, size_t cap
     return fsdp_ckpt_latest(o->dir, dir, cap, found);
 }
 
-void cli_ckpt_config_file(const char *dir, char *path, size_t cap) {
-    snprintf(path, cap, "%s/model.safetensors", dir);
-    int full = access(path, F_OK) == 0;
-    snprintf(path, cap, full ? "%s/optimizer.safetensors" : "%s/index.safetensors", dir);
-}
-
 // The first tensor dtype other than F32 in the checkpoint's parameter files (shard 0 of a sharded one,
 // which rank 0 always writes; model.safetensors of a full one), or NULL when all are F32.
 static const char *low_precision_dtype(const char *dir) {
@@ -103,16 +99,40 @@ static const char *low_precision_dtype(const char *dir) {
     return found;
 }
 
-fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t global_batch, int rank,
+// rank 0, once the run's starting point is loaded: the archiving cli_ckpt_open decided, said in one line.
+static fsdp_status archive_superseded(cli_ckpt_options *o, int64_t start_step) {
+    if (!o->opened || o->archive_after < -1) return FSDP_OK;
+    char reason[512], where[4400];
+    int moved = 0;
+    if (o->archive_after < 0)
+        snprintf(reason, sizeof reason, "--new-run (run %s) set these checkpoints of an earlier run aside", o->run_id);
+    else
+        snprintf(reason, sizeof reason, "a run resumed from step %lld (run %s) branched off before these; resume one "
+                 "with --resume DIR --new-run", (long long)o->archive_after, o->run_id);
+    FSDP_CHECK(fsdp_ckpt_archive(o->dir, o->archive_after, o->archive_why, reason, where, sizeof where, &moved));
+    o->archive_after = -2;
+    if (moved > 0) {
+        if (o->new_run)
+            printf("note: --new-run: the %d checkpoint entr%s in %s moved to %s (kept, not resumed by --resume auto)\n",
+                   moved, moved == 1 ? "y" : "ies", o->dir, where);
+        else
+            printf("note: resumed from step %lld of %s, which went on further: %d newer entr%s moved to %s (kept, not "
+                   "resumed by --resume auto; this run continues from step %lld)\n", (long long)start_step, o->dir,
+                   moved, moved == 1 ? "y" : "ies", where, (long long)start_step);
+        fflush(stdout);
+    }
+    return FSDP_OK;
+}
+
+fsdp_status cli_ckpt_resume(fsdp_state *fs, cli_ckpt_options *o, int64_t global_batch, int rank,
                             int *start_step) {
     *start_step = 0;
     char dir[4096];
     int found = 0;
     FSDP_CHECK(cli_ckpt_resume_dir(o, dir, sizeof dir, &found));
-    if (!o->resume) return FSDP_OK;
-    if (!found) {
-        if (rank == 0) printf("no complete checkpoint under %s: starting fresh\n", o->dir);
-        return FSDP_OK;
+    if (!o->resume || !found) {
+        if (o->resume && rank == 0) printf("no complete checkpoint under %s: starting fresh\n", o->dir);
+        return rank == 0 ? archive_superseded(o, 0) : FSDP_OK;
     }
     const char *lowp = low_precision_dtype(dir);
     if (lowp && !o->allow_lowp)
@@ -125,6 +145,7 @@ fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t g
     fsdp_mem_reset_peaks();
     FSDP_CHECK(fsdp_checkpoint_load(fs, dir, &ts));
     *start_step = (int)ts.step;
+    o->resumed_from = ts.step;
     if (rank == 0) {
         printf("resumed from %s: %lld steps done (loaded in %.2f s, peak extra memory %.1f MiB on rank 0)\n", dir,
                (long long)ts.step, fsdp_now_sec() - t0, (double)(fsdp_mem_peak_total() - before) / 1048576.0);
@@ -132,6 +153,7 @@ fsdp_status cli_ckpt_resume(fsdp_state *fs, const cli_ckpt_options *o, int64_t g
             printf("  note: the global batch changed (%lld -> %lld sequences): the data position is recomputed for "
                    "the new batch\n", (long long)ts.global_batch, (long long)global_batch);
         fflush(stdout);
+        FSDP_CHECK(archive_superseded(o, ts.step));
     }
     return FSDP_OK;
 }

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -16,6 +17,16 @@ static int env_pair(const char *var, long long *a, long long *b) {
 int fsdp_fault_crash_in_save(int64_t step) {
     const char *v = getenv("FSDP_TEST_CRASH_IN_SAVE");
     return v && atoll(v) == step;
+}
+
+int fsdp_fault_crash_in_rotate(int64_t step) {
+    long long k, p;
+    return env_pair("FSDP_TEST_CRASH_IN_ROTATE", &k, &p) && k == step && p >= 0 && p <= 2 ? (int)p : -1;
+}
+
+int fsdp_fault_crash_in_archive(void) {
+    const char *v = getenv("FSDP_TEST_CRASH_IN_ARCHIVE");
+    return v && *v && strcmp(v, "0") != 0;
 }
 
 int fsdp_fault_slow_views_ms(int rank) {

@@ -5,6 +5,12 @@
 //                               complete (before the index and the DONE marker)
 //   FSDP_TEST_TORN_SHARD=K:R    rank R dies while writing its shard of the step-K checkpoint: half the
 //                               file is left under the writer's temporary name, then SIGKILL
+//   FSDP_TEST_CRASH_IN_ROTATE=K:P  the rotation (--keep-last) after the step-K checkpoint SIGKILLs
+//                               the process at point P of removing the first checkpoint it removes:
+//                               0 once it is renamed aside, 1 after its first file is deleted, 2 once
+//                               it is gone
+//   FSDP_TEST_CRASH_IN_ARCHIVE=1  archiving (a branch, --new-run) SIGKILLs the process once its journal
+//                               is written, before any checkpoint has moved
 //   FSDP_TEST_DESYNC=R:U[:K]    rank R issues a stray all_reduce before the all-gathers of unit U (in
 //                               step K only, when K is given; steps count completed optimizer steps)
 //   FSDP_TEST_NAN_LOSS=K[:R]    fsdp-train: step K's (all-reduced) loss reads as NaN
@@ -23,6 +29,10 @@
 int fsdp_fault_crash_in_save(int64_t step);
 // Whether FSDP_TEST_TORN_SHARD names this checkpoint step and rank.
 int fsdp_fault_torn_shard(int64_t step, int rank);
+// The point FSDP_TEST_CRASH_IN_ROTATE names for the rotation after step K's checkpoint, or -1.
+int fsdp_fault_crash_in_rotate(int64_t step);
+// Whether FSDP_TEST_CRASH_IN_ARCHIVE is set.
+int fsdp_fault_crash_in_archive(void);
 // Whether FSDP_TEST_DESYNC names this rank, unit and step.
 int fsdp_fault_desync(int rank, int unit, int64_t step);
 // Whether the hook `var` (one of the FSDP_TEST_NAN_* above) is set to "K" or "K:R" naming this step

@@ -80,6 +80,15 @@ static fsdp_status write_shard(fsdp_state *s, const char *path) {
     return st_writer_stream_commit(w);
 }
 
+// The run the checkpoint belongs to (ckpt/ckpt_dir.h): its id, when it has one, and the step the
+// saving process started from.
+static fsdp_status add_lineage(st_writer *w, const fsdp_trainer_state *ts) {
+    char val[32];
+    if (ts->run_id[0]) FSDP_CHECK(st_writer_add_metadata(w, FSDP_CKPT_RUN_KEY, ts->run_id));
+    snprintf(val, sizeof val, "%lld", (long long)ts->resumed_from);
+    return st_writer_add_metadata(w, FSDP_CKPT_RESUMED_KEY, val);
+}
+
 // rank 0: shapes, every writer's pieces (computed from the layout), trainer state and checksums
 static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts, const uint32_t *crcs,
                                const int *writers) {
@@ -100,6 +109,7 @@ static fsdp_status write_index(fsdp_state *s, const char *dir, const fsdp_traine
         snprintf(val, sizeof val, "%lld", (long long)meta[m].v);
         st = st_writer_add_metadata(w, meta[m].k, val);
     }
+    if (st == FSDP_OK) st = add_lineage(w, ts);
     if (st == FSDP_OK) st = fsdp_add_file_metadata(s, w);
     for (int r = 0; r < N && st == FSDP_OK; r++) {
         if (!writers[r]) continue;
@@ -249,6 +259,7 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
             snprintf(val, sizeof val, "%lld", (long long)meta[m].v);
             st = st_writer_add_metadata(w, meta[m].k, val);
         }
+        if (st == FSDP_OK) st = add_lineage(w, ts);
         if (st == FSDP_OK) st = fsdp_add_file_metadata(s, w);
         for (int ui = 0; ui < s->n_units && st == FSDP_OK; ui++)
             for (int k = 0; k < 2 && st == FSDP_OK; k++)
@@ -507,12 +518,16 @@ fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_st
         st = full ? load_full_into(s, &g, dir, model, index, shards, m, v, with_opt)
                   : load_into(s, &g, dir, index, shards, m, v, with_opt);
     fsdp_stage_close(&g);
-    fsdp_trainer_state loaded = {0, 0, 0};
+    fsdp_trainer_state loaded;
+    memset(&loaded, 0, sizeof loaded);
     int64_t adam_step = 0;
     if (st == FSDP_OK) {
         loaded.step = meta_int(index, "step", 0);
         loaded.seed = meta_int(index, "seed", 0);
         loaded.global_batch = meta_int(index, "global_batch", 0);
+        loaded.resumed_from = meta_int(index, FSDP_CKPT_RESUMED_KEY, 0);
+        const char *run = st_metadata(index, FSDP_CKPT_RUN_KEY);
+        if (run && strlen(run) < sizeof loaded.run_id) snprintf(loaded.run_id, sizeof loaded.run_id, "%s", run);
         adam_step = meta_int(index, "adam_step", 0);
     }
     st_close(index);

@@ -165,6 +165,8 @@ typedef struct {
     int64_t step;          // optimizer steps completed
     int64_t seed;
     int64_t global_batch;  // sequences per optimizer step when saved (data position carries over if equal)
+    char run_id[24];       // the run (lineage) the checkpoint belongs to, "" for none (ckpt/ckpt_dir.h)
+    int64_t resumed_from;  // the step the process that saved it started from (0: a fresh start)
 } fsdp_trainer_state;
 fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts);
 // A full checkpoint instead: model.safetensors (the full state dict, PyTorch names, loadable by torch

@@ -90,7 +90,8 @@ def main():
     # --keep-last 2 with a save every step keeps the two newest
     ckk = f"{tmp}/keep"
     train(binary, 2, ["--steps", "5", "--save-every", "1", "--keep-last", "2", "--ckpt-dir", ckk])
-    chk.close("--keep-last 2 keeps the two newest", [int(sorted(os.listdir(ckk)) == ["step_00000004", "step_00000005"])],
+    entries = sorted(f for f in os.listdir(ckk) if not f.startswith("."))  # (.lock: the directory's lock file)
+    chk.close("--keep-last 2 keeps the two newest", [int(entries == ["step_00000004", "step_00000005"])],
               [1], 0, 0)
 
     # --resume auto ignores a checkpoint without its DONE marker; a rank killed mid-save leaves the previous

@@ -2,8 +2,9 @@
 and SIGTERM sent to one rank only, for fsdp-train and fsdp-minimal with --ckpt-dir: all ranks stop after
 the same step, write a complete checkpoint (DONE) of the step reached, exit 130, and --resume auto
 continues bitwise like the uninterrupted run. Then one rank killed half-way through writing its shard
-(FSDP_TEST_TORN_SHARD), over an older complete checkpoint of the same step: `fsdp-ckpt verify` fails
-naming the torn file, and --resume auto takes the previous checkpoint and continues exactly."""
+(FSDP_TEST_TORN_SHARD), in a --new-run beside another run's complete checkpoint of the same step:
+`fsdp-ckpt verify` fails naming the torn file, and --resume auto takes the previous checkpoint and
+continues exactly."""
 import json
 import os
 import re
@@ -163,12 +164,16 @@ def main():
         chk.true(f"{label}: --resume auto runs steps {k}..{k + 2}", rsteps == [k, k + 1, k + 2], f"{rsteps}")
         chk.close(f"{label}: resumed losses equal the uninterrupted run's (bitwise)", rlosses, ref[k:k + 3], 0, 0)
 
-    # a rank killed while writing its shard. First a complete step_00000004 from another run (seed 1), then
-    # a fresh run (seed 0) into the same directory whose rank 1 dies half-way through its step-4 shard:
-    # the old DONE must not survive over the new, partial files.
+    # a rank killed while writing its shard. First a complete step_00000004 from another run (seed 1); a
+    # fresh run (seed 0) into the same directory is refused, and with --new-run it sets the other run's
+    # checkpoints aside (archive/), then its rank 1 dies half-way through its step-4 shard: the other
+    # run's DONE must not stand over the new, partial files.
     ck = f"{tmp}/torn"
     mpirun(2, [train] + TRAIN + ["--seed", "1", "--steps", "4", "--save-every", "2", "--ckpt-dir", ck])
-    r = mpirun(2, [train] + TRAIN + ["--steps", "4", "--save-every", "2", "--ckpt-dir", ck],
+    r = mpirun(2, [train] + TRAIN + ["--steps", "4", "--save-every", "2", "--ckpt-dir", ck], expect_ok=False)
+    chk.true("torn shard: a fresh run into the other run's directory is refused",
+             r.returncode != 0 and "--new-run" in r.stderr and os.path.exists(f"{ck}/step_00000004/DONE"), r.stderr)
+    r = mpirun(2, [train] + TRAIN + ["--steps", "4", "--save-every", "2", "--ckpt-dir", ck, "--new-run"],
                env={"FSDP_TEST_TORN_SHARD": "4:1"}, expect_ok=False, timeout=120)
     torn_dir = f"{ck}/step_00000004"
     torn = [f for f in os.listdir(torn_dir) if f.startswith("shard_00001.safetensors.tmp.")] \
