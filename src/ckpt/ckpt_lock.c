@@ -23,7 +23,13 @@ fsdp_status fsdp_ckpt_lock(const char *root, int *fd) {
     if (flock(f, LOCK_EX | LOCK_NB) != 0) {
         int err = errno;
         char holder[256] = "";
-        ssize_t n = pread(f, holder, sizeof holder - 1, 0);
+        ssize_t n = 0;
+        // the holder writes its line just after it takes the lock: give a job that started together
+        // with this one a moment to have written it
+        for (int tries = 0; tries < 50 && (n = pread(f, holder, sizeof holder - 1, 0)) <= 0; tries++) {
+            struct timespec pause = {0, 10 * 1000 * 1000};
+            nanosleep(&pause, NULL);
+        }
         close(f);
         if (err != EWOULDBLOCK)
             return fsdp_error(FSDP_ERR_IO, "%s: cannot lock: %s", path, strerror(err));

@@ -2,6 +2,7 @@
 #include "cli/cli_args.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <float.h>
 #include <limits.h>
 #include <math.h>
@@ -9,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void print_help(const char *prog, const char *summary, const cli_arg *args, int nargs) {
     printf("usage: %s [flags]\n%s\n\nflags:\n", prog, summary);
@@ -278,7 +281,7 @@ int cli_value_set(const cli_arg *a, const char *text) {
 
 // ------------------------------------------------------------------------------------ --config FILE
 
-static char *config_text;   // (file size + 1,) the file, cut into NUL-terminated names and values
+static char *config_text;   // (CONFIG_MAX_BYTES + 2,) the file, cut into NUL-terminated names and values
 static char **config_argv;  // (argc + 2 * lines + 1,) the expanded argv; both live until the process ends
 
 static char *trim(char *s) {
@@ -286,6 +289,59 @@ static char *trim(char *s) {
     char *end = s + strlen(s);
     while (end > s && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\r')) *--end = 0;
     return s;
+}
+
+#define CONFIG_MAX_BYTES (1 << 20)
+
+// Reads the --config file into config_text (NUL-terminated). It must be a regular file of at most
+// CONFIG_MAX_BYTES holding text: a NUL byte or another control character (other than tab, CR, LF) is
+// an error naming its line. Returns 0, or -1 after printing one line.
+static int read_config_text(const char *prog, const char *path) {
+    // O_NONBLOCK: a FIFO is refused below instead of waiting for a writer
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0) {
+        fprintf(stderr, "%s: --config %s: cannot open: %s\n", prog, path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_size > CONFIG_MAX_BYTES) {
+        fprintf(stderr, "%s: --config %s: %s; expected a text file of at most 1 MiB\n", prog, path,
+                S_ISDIR(st.st_mode) ? "is a directory" : !S_ISREG(st.st_mode) ? "not a regular file" : "too large");
+        close(fd);
+        return -1;
+    }
+    free(config_text);
+    config_text = malloc(CONFIG_MAX_BYTES + 2);  // (CONFIG_MAX_BYTES + 2,): one byte more shows growth
+    size_t got = 0;
+    int err = 0;
+    while (config_text && got <= CONFIG_MAX_BYTES) {  // to the end, or one byte past the bound
+        ssize_t r = read(fd, config_text + got, CONFIG_MAX_BYTES + 1 - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            err = r < 0 ? errno : 0;
+            break;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    if (!config_text || err || got > CONFIG_MAX_BYTES) {
+        fprintf(stderr, "%s: --config %s: %s\n", prog, path,
+                !config_text ? "out of memory" : err ? strerror(err) : "too large; expected a text file of at most 1 MiB");
+        return -1;
+    }
+    config_text[got] = 0;
+    int line = 1;
+    for (size_t i = 0; i < got; i++) {
+        unsigned char ch = (unsigned char)config_text[i];
+        if (ch < 0x20 && ch != '\t' && ch != '\n' && ch != '\r') {
+            fprintf(stderr, "%s: --config %s: line %d: %s byte 0x%02x: expected a text file\n", prog, path, line,
+                    ch ? "a control" : "a NUL", ch);
+            return -1;
+        }
+        line += ch == '\n';
+    }
+    return 0;
 }
 
 int cli_config_argv(const char *prog, const cli_arg *args, int nargs, int *argc, char ***argv) {
@@ -305,28 +361,9 @@ int cli_config_argv(const char *prog, const cli_arg *args, int nargs, int *argc,
         return -1;
     }
     const char *path = (*argv)[at + 1];
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        fprintf(stderr, "%s: --config %s: cannot open: %s\n", prog, path, strerror(errno));
-        return -1;
-    }
-    long size = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (size < 0 || size > (1 << 20) || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        fprintf(stderr, "%s: --config %s: cannot read (expected a text file under 1 MiB)\n", prog, path);
-        return -1;
-    }
-    free(config_text);
-    config_text = malloc((size_t)size + 1);
-    size_t got = config_text ? fread(config_text, 1, (size_t)size, f) : 0;
-    fclose(f);
-    if (!config_text || got != (size_t)size) {
-        fprintf(stderr, "%s: --config %s: cannot read\n", prog, path);
-        return -1;
-    }
-    config_text[size] = 0;
+    if (read_config_text(prog, path) != 0) return -1;
     int lines = 1;
-    for (long i = 0; i < size; i++) lines += config_text[i] == '\n';
+    for (const char *c = config_text; *c; c++) lines += *c == '\n';
     free(config_argv);
     config_argv = calloc((size_t)(*argc + 2 * lines + 1), sizeof(char *));
     if (!config_argv) {

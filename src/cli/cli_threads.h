@@ -4,6 +4,13 @@
 #include "comm/comm.h"
 #include "core/threads.h"
 
+// The largest --threads (and OMP_NUM_THREADS) the tools take.
+#define CLI_THREADS_MAX 1024
+
+// Without --threads (requested 0), OMP_NUM_THREADS sets the threads per rank: a value other than an
+// integer in [0, CLI_THREADS_MAX] (or a list "N,M,..." whose first entry is one) is refused as
+// --threads would refuse it. Returns 0, or -1 after printing one line naming OMP_NUM_THREADS.
+int cli_threads_check_env(const char *prog, int requested);
 // Call before fsdp_comm_world and before any OpenMP region, with main's argv and the --threads flag
 // (0: unset). When this node's ranks x threads exceed the cores they share, asks Open MPI to yield
 // while it polls and, where threads > 1 and OMP_WAIT_POLICY is unset, re-executes the program with

@@ -7,17 +7,24 @@
 //   fsdp-ckpt reshard DIR OUT_DIR --world-size M  rewrite for M ranks (each tensor split evenly)
 //   fsdp-ckpt convert DIR OUT_DIR --dtype bf16    rewrite with bf16 tensors (loads back as fp32; an export:
 //                                            --resume refuses it without --allow-lowp-resume)
-// Transformed files keep the configuration and settings metadata (cli/model_config.h).
+// Transformed files keep the configuration and settings metadata (cli/model_config.h). An output that
+// would write into the source or into a checkpoint, or that --resume would read, is refused before
+// anything is written (ckpt/ckpt_output.h, exit 2); reshard and convert write into a staging directory
+// renamed into place once complete, opening as many files at a time as RLIMIT_NOFILE allows.
+#include <dirent.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "ckpt/ckpt_output.h"
 #include "ckpt/crc32.h"
 #include "ckpt/safetensors.h"
+#include "core/path_canon.h"
 #include "fsdp/fsdp.h"
 #include "tensor/tensor.h"
 
@@ -33,11 +40,49 @@ typedef struct {
     st_file *index;
     int world;
     st_file **shards;  // (world,) opened lazily
+    int n_open;        // shards open now
+    int max_open;      // at most this many at once (reshard keeps descriptors for its own files)
 } ckpt;
+
+// dir exists and is a directory; else one line naming it ("no such directory", "not a directory").
+static fsdp_status check_directory(const char *dir) {
+    struct stat sb;
+    if (stat(dir, &sb) != 0)
+        return errno == ENOENT ? fsdp_error(FSDP_ERR_MISSING, "%s: no such directory", dir)
+                               : fsdp_error(FSDP_ERR_IO, "%s: cannot access: %s", dir, strerror(errno));
+    if (!S_ISDIR(sb.st_mode))
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: not a directory (expected a checkpoint directory)", dir);
+    return FSDP_OK;
+}
+
+// The file descriptors free for reading and writing checkpoint files: the soft RLIMIT_NOFILE (first
+// raised to the hard limit) less those open now and a reserve (the index, a checksum, stdio). *limit:
+// the soft limit.
+static long free_descriptors(long *limit) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        *limit = 64;
+        return 32;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        struct rlimit raised = {rl.rlim_max, rl.rlim_max};
+        if (setrlimit(RLIMIT_NOFILE, &raised) == 0) rl = raised;
+    }
+    *limit = rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur > (1 << 20) ? 1 << 20 : (long)rl.rlim_cur;
+    long open_now = 16;  // when /proc/self/fd cannot be listed
+    DIR *d = opendir("/proc/self/fd");
+    if (d) {
+        open_now = -3;  // ".", ".." and the listing's own descriptor
+        while (readdir(d)) open_now++;
+        closedir(d);
+    }
+    return *limit - open_now - 8;
+}
 
 static fsdp_status ckpt_open(const char *dir, ckpt *c) {
     memset(c, 0, sizeof *c);
     snprintf(c->dir, sizeof c->dir, "%s", dir);
+    FSDP_CHECK(check_directory(dir));
     char path[4200];
     snprintf(path, sizeof path, "%s/DONE", dir);
     if (access(path, F_OK) != 0)
@@ -47,6 +92,8 @@ static fsdp_status ckpt_open(const char *dir, ckpt *c) {
     const char *w = st_metadata(c->index, "world_size");
     c->world = w ? atoi(w) : 0;
     if (c->world <= 0) return fsdp_error(FSDP_ERR_FORMAT, "%s: index has no world_size", path);
+    long limit = 0, avail = free_descriptors(&limit);
+    c->max_open = avail > 1 ? (int)(avail < c->world ? avail : c->world) : 1;
     c->shards = calloc((size_t)c->world, sizeof(st_file *));
     return c->shards ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
 }
@@ -55,6 +102,27 @@ static void ckpt_close(ckpt *c) {
     for (int r = 0; c->shards && r < c->world; r++) st_close(c->shards[r]);
     free(c->shards);
     st_close(c->index);
+}
+
+// Shard file `rank` of the checkpoint, opened on first use. When c->max_open are open already, all of
+// them are closed first.
+static fsdp_status shard_at(ckpt *c, int rank, st_file **f) {
+    if (rank < 0 || rank >= c->world) return fsdp_error(FSDP_ERR_FORMAT, "%s: the index names shard %d", c->dir, rank);
+    if (!c->shards[rank]) {
+        if (c->n_open >= c->max_open) {
+            for (int r = 0; r < c->world; r++) {
+                st_close(c->shards[r]);
+                c->shards[r] = NULL;
+            }
+            c->n_open = 0;
+        }
+        char path[4200];
+        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", c->dir, rank);
+        FSDP_CHECK(st_open(path, &c->shards[rank]));
+        c->n_open++;
+    }
+    *f = c->shards[rank];
+    return FSDP_OK;
 }
 
 static fsdp_status shard_crc(const ckpt *c, int r, uint32_t *have, const char **want) {
@@ -94,25 +162,20 @@ static fsdp_status read_tensor(ckpt *c, const char *prefix, const char *name, fl
     int rows = (int)pe->shape[0];
     int32_t *tab = malloc(sizeof(int32_t) * (size_t)(3 * rows + 1));
     float *buf = malloc(sizeof(float) * (size_t)(*numel ? *numel : 1));
-    if (!tab || !buf) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    if (!tab || !buf) {
+        free(tab);
+        free(buf);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    }
     int64_t ts[2] = {rows, 3};
     fsdp_status st = st_read_i32(c->index, key, tab, 2, ts);
     char tname[512];
     snprintf(tname, sizeof tname, "%s%s", prefix, name);
     for (int r = 0; r < rows && st == FSDP_OK; r++) {
-        int rank = tab[3 * r];
-        if (rank < 0 || rank >= c->world) {
-            st = fsdp_error(FSDP_ERR_FORMAT, "%s: '%s' names shard %d", c->dir, name, rank);
-            break;
-        }
-        if (!c->shards[rank]) {
-            char path[4200];
-            snprintf(path, sizeof path, "%s/shard_%05d.safetensors", c->dir, rank);
-            st = st_open(path, &c->shards[rank]);
-            if (st != FSDP_OK) break;
-        }
+        st_file *shard = NULL;
+        if ((st = shard_at(c, tab[3 * r], &shard)) != FSDP_OK) break;
         int64_t pshape[1] = {tab[3 * r + 2]};
-        st = st_read_f32_range(c->shards[rank], tname, buf + tab[3 * r + 1], 1, pshape, 0, pshape[0]);
+        st = st_read_f32_range(shard, tname, buf + tab[3 * r + 1], 1, pshape, 0, pshape[0]);
     }
     free(tab);
     if (st != FSDP_OK) {
@@ -134,14 +197,10 @@ static int has_moments(ckpt *c, const char *name) {
     int32_t *tab = malloc(sizeof(int32_t) * (size_t)(3 * rows[0]));  // (rows, 3): rank, first, count
     int rank = tab && st_read_i32(c->index, key, tab, 2, rows) == FSDP_OK ? tab[0] : -1;
     free(tab);
-    if (rank < 0 || rank >= c->world) return 0;
-    if (!c->shards[rank]) {
-        char path[4200];
-        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", c->dir, rank);
-        if (st_open(path, &c->shards[rank]) != FSDP_OK) return 0;
-    }
+    st_file *shard = NULL;
+    if (rank < 0 || shard_at(c, rank, &shard) != FSDP_OK) return 0;
     snprintf(key, sizeof key, "exp_avg.%s", name);
-    return st_find(c->shards[rank], key) != NULL;
+    return st_find(shard, key) != NULL;
 }
 
 // The checkpoint's own keys (layout, trainer state, checksums), which a transformed file rewrites; every
@@ -193,7 +252,13 @@ static int is_full(const char *dir) {
 
 static int cmd_info(const char *path) {
     struct stat sb;
-    if (stat(path, &sb) == 0 && S_ISREG(sb.st_mode)) {  // a plain safetensors file
+    if (stat(path, &sb) != 0) {
+        fprintf(stderr, "%s: %s: %s\n", prog, path,
+                errno == ENOENT ? "no such file or directory (expected a checkpoint directory or a .safetensors file)"
+                                : strerror(errno));
+        return 1;
+    }
+    if (S_ISREG(sb.st_mode)) {  // a plain safetensors file
         st_file *f = NULL;
         if (st_open(path, &f) != FSDP_OK) return fail();
         printf("%s: safetensors, %d tensors\n", path, st_count(f));
@@ -249,6 +314,7 @@ static int cmd_info(const char *path) {
 }
 
 static int cmd_verify(const char *dir) {
+    if (check_directory(dir) != FSDP_OK) return fail();
     if (fsdp_verify_marker(dir) != FSDP_OK) return fail();  // DONE and the files it lists
     if (is_full(dir)) {
         printf("%s: complete full checkpoint, checksums match\n", dir);
@@ -281,9 +347,22 @@ static int cmd_verify(const char *dir) {
     return 0;
 }
 
+// An output refused by fsdp_ckpt_check_output: one line naming the subcommand, exit status 2.
+static int refuse(const char *cmd) {
+    fprintf(stderr, "%s %s: %s; nothing written\n", prog, cmd, fsdp_last_error());
+    return 2;
+}
+
 static int cmd_consolidate(const char *dir, const char *out) {
     ckpt c;
-    if (ckpt_open(dir, &c) != FSDP_OK) return fail();
+    if (ckpt_open(dir, &c) != FSDP_OK) {
+        ckpt_close(&c);
+        return fail();
+    }
+    if (fsdp_ckpt_check_output(dir, out, FSDP_CKPT_OUT_FILE) != FSDP_OK) {
+        ckpt_close(&c);
+        return refuse("consolidate");
+    }
     const char *names[4096];
     int n = param_names(&c, names, 4096);
     st_writer *w = st_writer_new_stream(out);
@@ -313,122 +392,149 @@ static int cmd_consolidate(const char *dir, const char *out) {
     return 0;
 }
 
-// Rewrites DIR into OUT_DIR for `world` ranks (tensor i split evenly: rank q holds
-// [q*n/world, (q+1)*n/world)), storing tensors as dtype; the optimizer moments come along.
-static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dtype) {
+// ------------------------------------------------------------------------------ reshard, convert
+
+// A rewrite of a checkpoint for `world` ranks (tensor i split evenly: rank q holds
+// [q*n/world, (q+1)*n/world)), with tensors stored as dtype; the optimizer moments come along.
+typedef struct {
     ckpt c;
-    if (ckpt_open(dir, &c) != FSDP_OK) return fail();
-    if (world <= 0) world = c.world;
-    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
-        fprintf(stderr, "%s: %s: cannot create: %s\n", prog, out, strerror(errno));
-        ckpt_close(&c);
-        return 1;
-    }
-    const char *names[4096];
-    int n = param_names(&c, names, 4096);
-    const char *prefixes[] = {"", "exp_avg.", "exp_avg_sq."};
+    const char *names[4096];  // (n,) the parameters, in index order
+    int n, world;
+    st_dtype dtype;
+    int64_t *numels;  // (n,)
+    int *kinds;       // (n,) 3 with moments, 1 without (frozen parameters)
+} rewrite_job;
+
+static const char *const moment_prefixes[] = {"", "exp_avg.", "exp_avg_sq."};
+
+// The piece [*lo, *hi) of a tensor of numel elements that rank q of world holds.
+static void piece(int64_t numel, int q, int world, int64_t *lo, int64_t *hi) {
+    *lo = numel * q / world;
+    *hi = numel * (q + 1) / world;
+}
+
+// Each parameter's element count, and whether the checkpoint holds its moments.
+static fsdp_status plan_rewrite(rewrite_job *j) {
+    j->n = param_names(&j->c, j->names, 4096);
+    j->numels = calloc((size_t)j->n + 1, sizeof(int64_t));
+    j->kinds = calloc((size_t)j->n + 1, sizeof(int));
+    if (!j->numels || !j->kinds) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     int have_opt = 0;
-    for (int r = 0; r < c.world && !have_opt; r++) {  // moments present when any shard has them
+    for (int r = 0; r < j->c.world && !have_opt; r++) {  // moments present when any shard has them
         char path[4200];
-        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", dir, r);
+        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", j->c.dir, r);
         st_file *f = NULL;
         if (st_open(path, &f) == FSDP_OK) {
             for (int i = 0; i < st_count(f) && !have_opt; i++) have_opt = !strncmp(st_entry_at(f, i)->name, "exp_avg.", 8);
             st_close(f);
         }
     }
-    st_writer **ws = calloc((size_t)world, sizeof(st_writer *));
-    int64_t *numels = calloc((size_t)n + 1, sizeof(int64_t));
-    int *kinds = calloc((size_t)n + 1, sizeof(int));  // (n,) 3 with moments, 1 without (frozen parameters)
-    fsdp_status st = ws && numels && kinds ? FSDP_OK : FSDP_ERR_NOMEM;
-    for (int i = 0; i < n && st == FSDP_OK; i++) kinds[i] = have_opt && has_moments(&c, names[i]) ? 3 : 1;
-    for (int i = 0; i < n && st == FSDP_OK; i++) {
+    for (int i = 0; i < j->n; i++) {
+        j->kinds[i] = have_opt && has_moments(&j->c, j->names[i]) ? 3 : 1;
         char key[512];
-        snprintf(key, sizeof key, "shape.%s", names[i]);
-        int64_t d1[1] = {st_find(c.index, key)->shape[0]};
+        snprintf(key, sizeof key, "shape.%s", j->names[i]);
+        int64_t d1[1] = {st_find(j->c.index, key)->shape[0]};
         int32_t sh[8];
-        st = st_read_i32(c.index, key, sh, 1, d1);
-        numels[i] = 1;
-        for (int d = 0; d < d1[0]; d++) numels[i] *= sh[d];
+        FSDP_CHECK(st_read_i32(j->c.index, key, sh, 1, d1));
+        j->numels[i] = 1;
+        for (int d = 0; d < d1[0]; d++) j->numels[i] *= sh[d];
     }
-    for (int q = 0; q < world && st == FSDP_OK; q++) {
+    return FSDP_OK;
+}
+
+// Writes dir/shard_QQQQQ.safetensors for q in [q0, q1): every tensor is read once from the source and
+// its pieces for these ranks streamed out, so q1 - q0 output files are open at a time.
+static fsdp_status write_shard_batch(rewrite_job *j, const char *dir, int q0, int q1) {
+    st_writer **ws = calloc((size_t)(q1 - q0), sizeof(st_writer *));  // (q1 - q0,) shard q at q - q0
+    fsdp_status st = ws ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    for (int q = q0; q < q1 && st == FSDP_OK; q++) {  // headers
         char path[4200];
-        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", out, q);
-        ws[q] = st_writer_new_stream(path);
-        st = ws[q] ? st_writer_add_metadata(ws[q], "format", st_metadata(c.index, "format")) : FSDP_ERR_NOMEM;
-        for (int i = 0; i < n && st == FSDP_OK; i++)
-            for (int k = 0; k < kinds[i] && st == FSDP_OK; k++) {
-                int64_t lo = numels[i] * q / world, hi = numels[i] * (q + 1) / world, shape[1] = {hi - lo};
+        snprintf(path, sizeof path, "%s/shard_%05d.safetensors", dir, q);
+        st_writer *w = ws[q - q0] = st_writer_new_stream(path);
+        st = w ? st_writer_add_metadata(w, "format", st_metadata(j->c.index, "format")) : FSDP_ERR_NOMEM;
+        for (int i = 0; i < j->n && st == FSDP_OK; i++)
+            for (int k = 0; k < j->kinds[i] && st == FSDP_OK; k++) {
+                int64_t lo, hi;
+                piece(j->numels[i], q, j->world, &lo, &hi);
                 if (hi <= lo) continue;
+                int64_t shape[1] = {hi - lo};
                 char tname[512];
-                snprintf(tname, sizeof tname, "%s%s", prefixes[k], names[i]);
-                st = st_writer_add(ws[q], tname, dtype, 1, shape, NULL);
+                snprintf(tname, sizeof tname, "%s%s", moment_prefixes[k], j->names[i]);
+                st = st_writer_add(w, tname, j->dtype, 1, shape, NULL);
             }
-        if (st == FSDP_OK) st = st_writer_stream_begin(ws[q]);
+        if (st == FSDP_OK) st = st_writer_stream_begin(w);
     }
-    for (int i = 0; i < n && st == FSDP_OK; i++)
-        for (int k = 0; k < kinds[i] && st == FSDP_OK; k++) {
+    for (int i = 0; i < j->n && st == FSDP_OK; i++)  // data: one whole tensor in memory at a time
+        for (int k = 0; k < j->kinds[i] && st == FSDP_OK; k++) {
             float *t = NULL;
             int ndim;
             int64_t shape[8], numel;
-            st = read_tensor(&c, prefixes[k], names[i], &t, &ndim, shape, &numel);
-            for (int q = 0; q < world && st == FSDP_OK; q++) {
-                int64_t lo = numel * q / world, hi = numel * (q + 1) / world;
+            st = read_tensor(&j->c, moment_prefixes[k], j->names[i], &t, &ndim, shape, &numel);
+            for (int q = q0; q < q1 && st == FSDP_OK; q++) {
+                int64_t lo, hi;
+                piece(numel, q, j->world, &lo, &hi);
                 if (hi <= lo) continue;
-                if (dtype == ST_F32) {
-                    st = st_writer_stream_data(ws[q], t + lo, sizeof(float) * (size_t)(hi - lo));
+                if (j->dtype == ST_F32) {
+                    st = st_writer_stream_data(ws[q - q0], t + lo, sizeof(float) * (size_t)(hi - lo));
                 } else {
-                    fsdp_bf16 *b = malloc(sizeof(fsdp_bf16) * (size_t)(hi - lo));
-                    if (!b) st = FSDP_ERR_NOMEM;
+                    fsdp_bf16 *b = malloc(sizeof(fsdp_bf16) * (size_t)(hi - lo));  // (hi - lo,)
+                    if (!b) st = fsdp_error(FSDP_ERR_NOMEM, "out of memory");
                     else fsdp_f32_to_bf16_array(b, t + lo, (size_t)(hi - lo));
-                    if (st == FSDP_OK) st = st_writer_stream_data(ws[q], b, sizeof(fsdp_bf16) * (size_t)(hi - lo));
+                    if (st == FSDP_OK) st = st_writer_stream_data(ws[q - q0], b, sizeof(fsdp_bf16) * (size_t)(hi - lo));
                     free(b);
                 }
             }
             free(t);
         }
-    for (int q = 0; q < world; q++)
-        if (ws[q]) {
-            if (st == FSDP_OK) st = st_writer_stream_commit(ws[q]);
-            else st_writer_free(ws[q]);
+    for (int q = q0; ws && q < q1; q++)
+        if (ws[q - q0]) {
+            if (st == FSDP_OK) st = st_writer_stream_commit(ws[q - q0]);
+            else st_writer_free(ws[q - q0]);
         }
-    // the index: shapes, the new pieces, the old metadata with the new world size and checksums
-    char path[4200];
-    snprintf(path, sizeof path, "%s/index.safetensors", out);
-    st_writer *iw = st == FSDP_OK ? st_writer_new(path) : NULL;
-    int32_t *tables = calloc((size_t)n * (size_t)world * 3 + 1, sizeof(int32_t));
-    int32_t *shapes = calloc((size_t)n * 8 + 1, sizeof(int32_t));
+    free(ws);
+    return st;
+}
+
+// dir/index.safetensors: the shapes, the new pieces, the source's metadata with the new world size,
+// dtype and shard checksums.
+static fsdp_status write_rewrite_index(rewrite_job *j, const char *dir) {
+    const st_file *src = j->c.index;
+    int world = j->world;
+    char path[4200], val[64];
+    snprintf(path, sizeof path, "%s/index.safetensors", dir);
+    st_writer *iw = st_writer_new(path);
+    int32_t *shapes = calloc((size_t)j->n * 8 + 1, sizeof(int32_t));  // (n, 8)
     // (n, 8 + 3 * world): each tensor's int64 shape and new pieces; the writer reads them at the commit
-    int64_t *kept = calloc((size_t)n * (size_t)(8 + 3 * world) + 1, sizeof(int64_t));
-    if (st == FSDP_OK && (!iw || !tables || !shapes || !kept)) st = FSDP_ERR_NOMEM;
+    int64_t *kept = calloc((size_t)j->n * (size_t)(8 + 3 * world) + 1, sizeof(int64_t));
+    fsdp_status st = iw && shapes && kept ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     const char *keep[] = {"format", "strategy", "step", "seed", "global_batch", "adam_step"};
     for (size_t k = 0; k < sizeof keep / sizeof keep[0] && st == FSDP_OK; k++)
-        if (st_metadata(c.index, keep[k])) st = st_writer_add_metadata(iw, keep[k], st_metadata(c.index, keep[k]));
-    char val[64];
+        if (st_metadata(src, keep[k])) st = st_writer_add_metadata(iw, keep[k], st_metadata(src, keep[k]));
     snprintf(val, sizeof val, "%d", world);
     if (st == FSDP_OK) st = st_writer_add_metadata(iw, "world_size", val);
-    if (st == FSDP_OK) st = st_writer_add_metadata(iw, "dtype", dtype == ST_F32 ? "fp32" : "bf16");
-    if (st == FSDP_OK) st = copy_model_metadata(c.index, iw);
-    for (int q = 0; q < world && st == FSDP_OK; q++) {
+    if (st == FSDP_OK) st = st_writer_add_metadata(iw, "dtype", j->dtype == ST_F32 ? "fp32" : "bf16");
+    if (st == FSDP_OK) st = copy_model_metadata(src, iw);
+    for (int q = 0; q < world && st == FSDP_OK; q++) {  // one shard file open at a time
         char key[64], shard[4200];
         uint32_t crc = 0;
-        snprintf(shard, sizeof shard, "%s/shard_%05d.safetensors", out, q);
+        snprintf(shard, sizeof shard, "%s/shard_%05d.safetensors", dir, q);
         st = fsdp_crc32_file(shard, &crc);
         snprintf(key, sizeof key, "crc32.shard_%05d.safetensors", q);
         snprintf(val, sizeof val, "%08x", crc);
         if (st == FSDP_OK) st = st_writer_add_metadata(iw, key, val);
     }
-    for (int i = 0; i < n && st == FSDP_OK; i++) {
+    for (int i = 0; i < j->n && st == FSDP_OK; i++) {
         char key[512];
-        snprintf(key, sizeof key, "shape.%s", names[i]);
-        int64_t d1[1] = {st_find(c.index, key)->shape[0]};
+        snprintf(key, sizeof key, "shape.%s", j->names[i]);
+        int64_t d1[1] = {st_find(src, key)->shape[0]};
         int32_t *sh = shapes + 8 * i;
-        st = st_read_i32(c.index, key, sh, 1, d1);
+        st = st_read_i32(src, key, sh, 1, d1);
         int64_t *sh64 = kept + (size_t)i * (size_t)(8 + 3 * world), *rows = sh64 + 8;
         int nr = 0;
         for (int d = 0; d < d1[0]; d++) sh64[d] = sh[d];
         for (int q = 0; q < world; q++) {
-            int64_t lo = numels[i] * q / world, hi = numels[i] * (q + 1) / world;
+            int64_t lo, hi;
+            piece(j->numels[i], q, world, &lo, &hi);
             if (hi <= lo) continue;
             rows[3 * nr] = q;
             rows[3 * nr + 1] = lo;
@@ -437,25 +543,94 @@ static int cmd_rewrite(const char *dir, const char *out, int world, st_dtype dty
         }
         int64_t ts1[1] = {d1[0]}, ts2[2] = {nr, 3};
         if (st == FSDP_OK) st = st_writer_add(iw, key, ST_I64, 1, ts1, sh64);
-        snprintf(key, sizeof key, "pieces.%s", names[i]);
+        snprintf(key, sizeof key, "pieces.%s", j->names[i]);
         if (st == FSDP_OK) st = st_writer_add(iw, key, ST_I64, 2, ts2, rows);
     }
     if (iw) st = st == FSDP_OK ? st_writer_commit(iw) : (st_writer_free(iw), st);
-    ckpt_close(&c);
-    free(ws);
-    free(numels);
-    free(kinds);
-    free(tables);
     free(shapes);
     free(kept);
-    if (st != FSDP_OK) return fail();
-    snprintf(path, sizeof path, "%s/DONE", out);
+    return st;
+}
+
+// dir/DONE, written, flushed and fsync'ed; the system's reason on failure.
+static fsdp_status write_done(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/DONE", dir);
     FILE *f = fopen(path, "w");
-    if (!f || fprintf(f, "complete\n") < 0 || fclose(f) != 0) {
-        fprintf(stderr, "%s: %s: cannot write the completion marker\n", prog, path);
+    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create the completion marker: %s", path, strerror(errno));
+    int bad = fprintf(f, "complete\n") < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    int err = errno;
+    if (fclose(f) != 0 && !bad) bad = 1, err = errno;
+    return bad ? fsdp_error(FSDP_ERR_IO, "%s: cannot write the completion marker: %s", path, strerror(err)) : FSDP_OK;
+}
+
+// Removes the staging directory dir and every file in it (all of them this process wrote).
+static void remove_staging(const char *dir) {
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        char path[4400];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    rmdir(dir);
+}
+
+// The output batches are at most this many shards: their writers' buffers stay in memory together.
+#define REWRITE_BATCH_MAX 1024
+
+// Rewrites DIR into OUT_DIR for `world` ranks (0: the source's) as dtype. Everything is written into
+// a staging directory beside OUT_DIR ("OUT_DIR.tmp.<pid>", removed on any failure), which is renamed
+// to OUT_DIR once complete (DONE included): a failure leaves nothing behind.
+static int cmd_rewrite(const char *cmd, const char *dir, const char *out, int world, st_dtype dtype) {
+    rewrite_job j;
+    memset(&j, 0, sizeof j);
+    if (ckpt_open(dir, &j.c) != FSDP_OK) {
+        ckpt_close(&j.c);
+        return fail();
+    }
+    char final[4000], stage[4096];  // (so that stage/<file> fits the 4200-byte paths above)
+    if (fsdp_ckpt_check_output(dir, out, FSDP_CKPT_OUT_DIR) != FSDP_OK ||
+        fsdp_path_canonical(out, final, sizeof final) != FSDP_OK) {
+        ckpt_close(&j.c);
+        return refuse(cmd);
+    }
+    j.world = world > 0 ? world : j.c.world;
+    j.dtype = dtype;
+    long limit = 0, avail = free_descriptors(&limit);
+    if (avail < 2) {
+        fprintf(stderr, "%s %s: %s: only %ld of RLIMIT_NOFILE %ld file descriptors are free (it needs 2 or more: "
+                "raise ulimit -n); nothing written\n", prog, cmd, out, avail < 0 ? 0 : avail, limit);
+        ckpt_close(&j.c);
+        return 2;
+    }
+    long batch = avail / 2 < REWRITE_BATCH_MAX ? avail / 2 : REWRITE_BATCH_MAX;
+    if (batch > j.world) batch = j.world;
+    j.c.max_open = (int)(avail - batch);  // the source's shards, re-opened as needed
+    snprintf(stage, sizeof stage, "%s.tmp.%ld", final, (long)getpid());
+    if (mkdir(stage, 0755) != 0) {
+        fprintf(stderr, "%s %s: %s: cannot create: %s\n", prog, cmd, stage, strerror(errno));
+        ckpt_close(&j.c);
         return 1;
     }
-    printf("%s: %d tensors for %d rank(s), %s\n", out, n, world, st_dtype_name(dtype));
+    fsdp_status st = plan_rewrite(&j);
+    for (int q0 = 0; q0 < j.world && st == FSDP_OK; q0 += (int)batch)
+        st = write_shard_batch(&j, stage, q0, q0 + (int)batch < j.world ? q0 + (int)batch : j.world);
+    if (st == FSDP_OK) st = write_rewrite_index(&j, stage);
+    if (st == FSDP_OK) st = write_done(stage);
+    if (st == FSDP_OK && rename(stage, final) != 0)  // (an empty OUT_DIR is replaced)
+        st = fsdp_error(FSDP_ERR_IO, "%s: cannot rename %s into place: %s", out, stage, strerror(errno));
+    int n = j.n;
+    ckpt_close(&j.c);
+    free(j.numels);
+    free(j.kinds);
+    if (st != FSDP_OK) {
+        remove_staging(stage);
+        fprintf(stderr, "%s %s: %s (nothing left behind)\n", prog, cmd, fsdp_last_error());
+        return 1;
+    }
+    printf("%s: %d tensors for %d rank(s), %s\n", out, n, j.world, st_dtype_name(dtype));
     return 0;
 }
 
@@ -465,6 +640,15 @@ static int usage(void) {
     return 2;
 }
 
+// Where the transforming subcommands may write (ckpt/ckpt_output.h), for their --help.
+#define OUTPUT_RULE                                                                                 \
+    "The output is refused (exit 2, nothing written) when it is the source, lies inside it or holds\n" \
+    "it, lies inside any checkpoint, or is named DONE or step_NNNNNNNN; paths are compared after\n"    \
+    "resolving symlinks and \"..\"."
+#define OUTPUT_DIR_RULE                                                                             \
+    "OUT_DIR must be new or empty (never a --ckpt-dir holding checkpoints): it is written beside\n"  \
+    "it as OUT_DIR.tmp.<pid> and renamed once complete, so a failure leaves nothing behind."
+
 // `fsdp-ckpt SUBCOMMAND --help` (or -h anywhere after it): that subcommand's usage and what it does.
 static const struct {
     const char *name, *args, *help;
@@ -472,11 +656,14 @@ static const struct {
     {"info", "DIR|FILE.safetensors", "Prints a checkpoint's or file's layout, tensor names, shapes and dtypes, world size, step,\n"
                                      "and the model configuration and settings the run recorded."},
     {"verify", "DIR", "Checks the completion marker DONE and every shard's CRC-32."},
-    {"consolidate", "DIR OUT.safetensors", "Writes one full state dict with PyTorch names (streaming: memory about one tensor)."},
-    {"reshard", "DIR OUT_DIR --world-size M", "Rewrites the checkpoint for M ranks (each tensor split evenly).\n\n"
+    {"consolidate", "DIR OUT.safetensors", "Writes one full state dict with PyTorch names (streaming: memory about one tensor).\n"
+                                           OUTPUT_RULE},
+    {"reshard", "DIR OUT_DIR --world-size M", "Rewrites the checkpoint for M ranks (each tensor split evenly).\n"
+                                              OUTPUT_RULE "\n" OUTPUT_DIR_RULE "\n\n"
                                               "flags:\n  --world-size M\n      ranks of the rewritten checkpoint"},
     {"convert", "DIR OUT_DIR --dtype bf16|f32", "Rewrites the checkpoint with bf16 (or f32) tensors; bf16 is an export: --resume\n"
-                                                "refuses it without --allow-lowp-resume.\n\n"
+                                                "refuses it without --allow-lowp-resume.\n"
+                                                OUTPUT_RULE "\n" OUTPUT_DIR_RULE "\n\n"
                                                 "flags:\n  --dtype bf16|f32\n      dtype of the rewritten tensors"},
 };
 
@@ -513,14 +700,14 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%s: --world-size: expected a positive integer, got '%s'\n", prog, argv[5]);
             return 2;
         }
-        return cmd_rewrite(argv[2], argv[3], (int)m, ST_F32);
+        return cmd_rewrite("reshard", argv[2], argv[3], (int)m, ST_F32);
     }
     if (argc == 6 && !strcmp(argv[1], "convert") && !strcmp(argv[4], "--dtype")) {
         if (strcasecmp(argv[5], "bf16") && strcasecmp(argv[5], "fp32")) {
             fprintf(stderr, "%s: --dtype: expected bf16 or fp32, got '%s'\n", prog, argv[5]);
             return 2;
         }
-        return cmd_rewrite(argv[2], argv[3], 0, strcasecmp(argv[5], "bf16") ? ST_F32 : ST_BF16);
+        return cmd_rewrite("convert", argv[2], argv[3], 0, strcasecmp(argv[5], "bf16") ? ST_F32 : ST_BF16);
     }
     return usage();
 }

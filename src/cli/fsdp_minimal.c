@@ -14,6 +14,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/memory_check.h"
 #include "cli/minimal_flags.h"
 #include "cli/model_config.h"
 #include "cli/output_paths.h"
@@ -102,6 +103,7 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, fsdp_
 static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *threads) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     if (cli_fsdp_check_flags("fsdp-minimal", &o->fsdp, R)) return 2;
+    if (cli_memory_check_minimal(o, threads->threads, world)) return 2;  // before anything is built or written
     // --ckpt-dir: created, locked and its lineage decided (released by main's cli_ckpt_close)
     if (cli_ckpt_open("fsdp-minimal", &o->fsdp.ckpt, 1, world)) return 2;
     const cli_output_path outputs[] = {
@@ -138,6 +140,11 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     double *loss_dev = NULL;
     double *micro_losses = NULL;  // (grad_accum,) this rank's micro-steps' mean losses
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
+    // room for what the saves will write, before the model is built and trained
+    if (cli_check_save_space("fsdp-minimal", &model.params, &o->fsdp.ckpt, o->save_path, o->steps, world)) {
+        rc = 2;
+        goto done;
+    }
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
     if ((rc = cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)))
         goto done;
@@ -294,6 +301,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;
     }
+    if (cli_threads_check_env("fsdp-minimal", o.threads)) return 2;
     cli_threads_before_mpi(argv, o.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());

@@ -14,13 +14,10 @@
 #include "cli/fsdp_flags.h"
 #include "cli/minimal_flags.h"
 #include "cli/model_config.h"
+#include "cli/plan_input.h"
 #include "cli/train_flags.h"
-#include "core/threads.h"
 #include "data/tokenizer.h"
 #include "fsdp/plan.h"
-#include "kernels/kernels.h"
-#include "nn/encoder_stack.h"
-#include "nn/gpt2.h"
 
 #define PLAN_NFLAGS 5
 
@@ -52,133 +49,6 @@ static int usage(FILE *out) {
                  "Predicts per-rank memory and communication of the run those flags start; "
                  "`fsdp-plan train --help` lists them.\n");
     return out == stdout ? 0 : 2;
-}
-
-// Fills `in` from the FSDP flags shared by both tools; returns 0, or -1 after printing an error.
-static int fill_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fsdp_plan_input *in, fsdp_config *cfg) {
-    if (cli_fsdp_config(prog, f, cfg)) return -1;
-    in->strategy = cfg->strategy;
-    in->shard_group = cfg->shard_group_size;
-    in->wrap = cfg->wrap == FSDP_WRAP_TRANSFORMER ? 0 : cfg->wrap == FSDP_WRAP_SIZE ? 1 : 2;
-    in->min_num_params = cfg->min_num_params;
-    in->backward_prefetch = f->backward_prefetch;
-    in->forward_prefetch = f->forward_prefetch;
-    in->limit_all_gathers = f->limit_all_gathers;
-    in->activation_checkpointing = f->activation_checkpointing;
-    in->shared_memory = !no_shm;
-    const char *algo = fsdp_comm_algo_setting();  // the run's FSDP_COMM_ALGO, read from this environment
-    in->flat_reduce_scatter = strcmp(algo, "p2p") == 0 || strcmp(algo, "mpi") == 0;
-    in->zero_copy = fsdp_dev_host_addressable(cfg->device);
-    in->param_bf16 = cfg->param_dtype == FSDP_BF16;
-    in->reduce_bf16 = cfg->reduce_dtype == FSDP_BF16;
-    in->bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM
-    return 0;
-}
-
-// Marks the parameters the globs of `list` match as frozen, as fsdp_wrap does (fsdp_freeze_matching);
-// returns 0, or -1 after printing an error naming the glob.
-static int mark_frozen(const char *prog, nn_params *ps, const char *list) {
-    if (fsdp_freeze_matching(ps, list) == FSDP_OK) return 0;
-    fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
-    return -1;
-}
-
-// The adapters fsdp-train attaches (train_lora_attach: every parameter but the adapters frozen), on the
-// model built without data; lora NULL or rank 0: none. Returns 0, or -1 after printing an error.
-static int attach_lora(const char *prog, const train_lora_options *lora, nn_gpt2 *m, fsdp_plan_input *in) {
-    if (!lora || lora->rank <= 0) return 0;
-    unsigned targets = 0;
-    if (train_lora_attach(prog, lora, m, &targets, 0)) return -1;
-    in->lora_rank = lora->rank;
-    in->lora_targets = (int)targets;  // GPT2_LORA_*: bit i the block's linear layer i, as the plan numbers them
-    in->lora_dropout = lora->dropout > 0.0f;
-    return 0;
-}
-
-// --freeze and LoRA: the trainable elements of each block (block_train (layers,)) and of the rest
-// (root_train), and which weight-gradient products no layer runs (skip_dw, lora_skip), from the tool's
-// model built without data (nn_gpt2_create, nn_encoder_stack_create register names and shapes only)
-// with fsdp-train's adapters attached (lora: NULL or rank 0 for none; they freeze the base) and then
-// the globs applied (list: NULL for none), in fsdp-train's order. A parameter belongs to block b when
-// its name starts with the tool's block prefix ("h.%d." for GPT-2, "%d." for the encoder stack;
-// wrap.c block_of); the plan folds unwrapped blocks into the root. Returns 0, or -1 after printing an
-// error.
-static int plan_trainable(const char *prog, const char *list, const train_lora_options *lora, fsdp_plan_input *in,
-                          int64_t *block_train) {
-    nn_gpt2 gpt2;
-    nn_encoder_stack enc;
-    nn_params *ps;  // the model's parameter list
-    nn_block *blocks;  // (layers,)
-    fsdp_status st;
-    if (in->gpt2) {
-        nn_gpt2_config cfg = {in->vocab, in->max_seq ? in->max_seq : in->seq, in->layers, in->heads, in->d_model, 0.0f,
-                              1e-5f};
-        st = nn_gpt2_create(&gpt2, cfg);
-        ps = &gpt2.params, blocks = gpt2.blocks.blocks;
-    } else {
-        nn_block_config layer = nn_encoder_layer_defaults(in->d_model, in->heads);
-        layer.d_ff = in->ffn;
-        st = nn_encoder_stack_create(&enc, layer, in->layers);
-        ps = &enc.params, blocks = enc.seq.blocks;
-    }
-    int rc = 0;
-    if (st != FSDP_OK) {
-        fprintf(stderr, "%s: the model's parameter list: %s\n", prog, fsdp_last_error());
-        rc = -1;
-    }
-    if (rc == 0 && in->gpt2) rc = attach_lora(prog, lora, &gpt2, in);
-    if (rc == 0 && list) rc = mark_frozen(prog, ps, list);
-    if (rc == 0) {
-        const char *prefix = in->gpt2 ? "h.%d." : "%d.";  // fsdp-train's and fsdp-minimal's block_prefix
-        for (int b = 0; b < in->layers; b++) block_train[b] = 0;
-        in->root_train = 0;
-        for (int i = 0; i < ps->count; i++) {
-            const nn_param *p = &ps->items[i];
-            int owner = -1;
-            for (int b = 0; b < in->layers && owner < 0; b++) {
-                char pre[64];
-                snprintf(pre, sizeof pre, prefix, b);
-                if (strncmp(p->name, pre, strlen(pre)) == 0) owner = b;
-            }
-            if (p->frozen) continue;
-            if (owner >= 0) block_train[owner] += p->numel;
-            else in->root_train += p->numel;
-        }
-        in->skip_dw = 0;
-        for (int k = 0; k < 4; k++) {  // a linear layer's weight frozen in every block: its product never runs
-            int all = in->layers > 0;
-            for (int b = 0; b < in->layers; b++) {
-                const nn_block *blk = &blocks[b];
-                const nn_param *w = k == 0 ? blk->attn.in_proj.weight : k == 1 ? blk->attn.out_proj.weight
-                                    : k == 2 ? blk->fc1.weight : blk->fc2.weight;
-                all &= w->frozen;
-            }
-            if (all) in->skip_dw |= 1 << k;
-        }
-        if (in->gpt2 && gpt2.wte.weight->frozen) in->skip_dw |= 1 << 4;  // the tied LM head
-        in->lora_skip = 0;
-        for (int k = 0; k < 4 && in->lora_rank > 0; k++) {  // an adapter's A (B) frozen in every block: no dA (dB)
-            int all_a = in->layers > 0, all_b = in->layers > 0, any = 0;
-            for (int b = 0; b < in->layers; b++) {
-                const nn_block *blk = &blocks[b];  // block b
-                // layer k's adapter in block b, or NULL
-                const nn_lora *a = k == 0 ? blk->attn.in_proj.lora : k == 1 ? blk->attn.out_proj.lora
-                                   : k == 2 ? blk->fc1.lora : blk->fc2.lora;
-                if (!a) continue;
-                any = 1;
-                all_a &= a->A->frozen;
-                all_b &= a->B->frozen;
-            }
-            if (any && all_a) in->lora_skip |= 1 << k;
-            if (any && all_b) in->lora_skip |= 1 << (4 + k);
-        }
-        in->block_train = block_train;
-    }
-    if (st == FSDP_OK) {
-        if (in->gpt2) nn_gpt2_free(&gpt2);
-        else nn_encoder_stack_free(&enc);
-    }
-    return rc;
 }
 
 int main(int argc, char **argv) {
@@ -222,7 +92,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     int world = pf.world, no_shm = pf.no_shm;
-    if (fill_fsdp(prog, f, no_shm, &in, &cfg)) return 2;
+    if (cli_plan_fsdp(prog, f, no_shm, &in, &cfg)) return 2;
     if (train) {
         if (train_resolve_batch(prog, &t, args, nargs, pargc, pargv, world, 1)) return 2;
         if (t.tokenizer_dir) {  // the model's vocabulary, as fsdp-train takes it from the tokenizer
@@ -240,56 +110,18 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
-        in.gpt2 = 1;
-        in.layers = t.layers, in.d_model = t.d_model, in.heads = t.heads, in.vocab = t.vocab;
-        in.seq = t.seq, in.max_seq = t.max_seq, in.batch = t.batch, in.grad_accum = t.grad_accum;
-        in.threads = t.threads;
+        t.config = mc;  // the command line, for cli_plan_finish's LoRA check
         if (t.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     } else {
         if (minimal_resolve_batch(prog, &m, args, nargs, pargc, pargv, world, 1)) return 2;
-        in.gpt2 = 0;
-        in.layers = m.layers, in.d_model = m.d_model, in.heads = m.heads, in.ffn = m.ffn;
-        in.seq = m.seq, in.batch = m.batch, in.grad_accum = m.grad_accum, in.threads = m.threads;
+        m.config = mc;
         if (m.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     }
-    if (f->deterministic) in.det_limbs = fsdp_det_format(f->det_chunks).limbs;  // det_chunks resolved above
-    in.world = world;
-    int per_host = no_shm ? 1 : pf.ranks_per_host > 0 && pf.ranks_per_host < world ? pf.ranks_per_host : world;
-    if (world % per_host) {
-        fprintf(stderr, "%s: --ranks-per-host %d must divide --world-size %d\n", prog, per_host, world);
-        return 2;
-    }
-    in.ranks_per_host = per_host;
-    in.intra_host_gbps = pf.intra_gbps, in.inter_host_gbps = pf.inter_gbps;
-    if (in.threads == 0) {  // the tools' default: this machine's cores shared by the node's ranks (unbound)
-        int on_node = per_host;
-        in.threads = fsdp_threads_choose(0, fsdp_affinity_cores(), on_node, on_node).threads;
-    }
-    if (in.d_model % in.heads) {
-        fprintf(stderr, "%s: --heads %d must divide --d-model %d\n", prog, in.heads, in.d_model);
-        return 2;
-    }
-    if (in.strategy == FSDP_HYBRID_SHARD && in.shard_group > 0 && in.world % in.shard_group) {
-        fprintf(stderr, "%s: --shard-group-size %d must divide --world-size %d\n", prog, in.shard_group, in.world);
-        return 2;
-    }
-    if (train && train_lora_check(prog, &t.lora, cli_given(args, nargs, pargc, pargv, "--lora-alpha"),
-                                  cli_given(args, nargs, pargc, pargv, "--lora-dropout"),
-                                  cli_given(args, nargs, pargc, pargv, "--lora-targets"), t.save_path, 0))
-        return 2;
-    const train_lora_options *lora = train && t.lora.rank > 0 ? &t.lora : NULL;  // fsdp-train's adapters, or none
+    cli_plan_ranks ranks = {world, no_shm, pf.ranks_per_host, pf.intra_gbps, pf.inter_gbps, 0};
     int64_t *block_train = NULL;  // (layers,) with --freeze or LoRA
-    if (f->freeze || lora) {
-        block_train = malloc(sizeof(int64_t) * (size_t)(in.layers > 0 ? in.layers : 1));
-        if (!block_train) {
-            fprintf(stderr, "%s: out of memory\n", prog);
-            return 2;
-        }
-        if (plan_trainable(prog, f->freeze, lora, &in, block_train)) {
-            free(block_train);
-            return 2;
-        }
-    }
+    if (cli_plan_finish(prog, train ? &t : NULL, train ? NULL : &m, &ranks, 1, &in, &block_train)) return 2;
+    const train_lora_options *lora = train && t.lora.rank > 0 ? &t.lora : NULL;  // fsdp-train's adapters, or none
+    int per_host = in.ranks_per_host;
     fsdp_plan p = fsdp_plan_compute(&in);
     free(block_train);
     in.block_train = NULL;

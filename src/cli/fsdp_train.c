@@ -17,6 +17,7 @@
 #include "cli/cli_args.h"
 #include "cli/cli_threads.h"
 #include "cli/fsdp_flags.h"
+#include "cli/memory_check.h"
 #include "cli/model_config.h"
 #include "cli/output_paths.h"
 #include "cli/train_ckpt.h"
@@ -220,6 +221,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         if (R == 0) fprintf(stderr, "fsdp-train: --val-data needs --eval-every (without it nothing is evaluated)\n");
         return 2;
     }
+    if (cli_memory_check_train(o, world)) return 2;  // before anything is built or written
     // --ckpt-dir: created, locked and its lineage decided (released by run's cli_ckpt_close)
     if (cli_ckpt_open("fsdp-train", &o->fsdp.ckpt, !o->eval_only, world)) return 2;
     const cli_output_path outputs[] = {
@@ -284,6 +286,12 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->save_path, R) ||
         train_lora_attach("fsdp-train", &o->lora, &model, NULL, R)) {
+        rc = 2;
+        goto done;
+    }
+    // room for what the saves will write, before the model is built and trained
+    if (cli_check_save_space("fsdp-train", &model.params, o->eval_only ? NULL : &o->fsdp.ckpt, o->save_path, o->steps,
+                             world)) {
         rc = 2;
         goto done;
     }
@@ -544,6 +552,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp-train: --max-seq %d is smaller than --seq %d\n", o.max_seq, o.seq);
         return 2;
     }
+    if (cli_threads_check_env("fsdp-train", o.threads)) return 2;
     cli_threads_before_mpi(argv, o.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());

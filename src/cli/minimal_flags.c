@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "cli/cli_threads.h"  // CLI_THREADS_MAX
+
 int minimal_flags(minimal_options *o, cli_arg *args) {
     memset(o, 0, sizeof *o);
     o->layers = 4, o->d_model = 128, o->heads = 4, o->ffn = 2048, o->seq = 8, o->batch = 16, o->steps = 5;
@@ -33,7 +35,8 @@ int minimal_flags(minimal_options *o, cli_arg *args) {
         {"--causal", ARG_BOOL, &o->causal, "causal attention mask", 1, 0, NULL},
         {"--dump-grads", ARG_STRING, &o->dump_grads_path, "write the first step's full parameter gradients (after clipping) here", 1, 0, NULL},
         {"--dump-output", ARG_STRING, &o->dump_output_path, "write the first step's model output (tensor y) here", 1, 0, NULL},
-        {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
+        {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, CLI_THREADS_MAX, NULL},
+        {"--no-memory-check", ARG_BOOL, &o->no_memory_check, "skip the check, made before anything is built, that fsdp-plan's per-rank memory prediction for this run times the ranks on this host fits in what the host has available (MemAvailable, or a lower cgroup limit); a run predicted not to fit is otherwise refused with the numbers (exit 2). Not made with --device cuda or --offload-dir", 1, 0, NULL},
         {"--config", ARG_STRING, &o->config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
     };
     int n = (int)(sizeof own / sizeof *own);

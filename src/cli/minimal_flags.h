@@ -11,6 +11,7 @@ typedef struct {
     const char *init_path, *input_path, *save_path, *dump_grads_path, *dump_output_path;
     const char *config_path;  // --config (cli_config_argv)
     int norm_first, activation, batch_first, causal;
+    int no_memory_check;  // --no-memory-check: skip the up-front memory check (memory_check.h)
     cli_fsdp_options fsdp;  // the flags shared with fsdp-train
     cli_model_config config;  // what the files written record (model_config.h)
 } minimal_options;

@@ -52,6 +52,34 @@ int cli_config_from_file(const cli_model_config *c, const char *path) {
     return rc;
 }
 
+// The settings a resumed run takes from the checkpoint's "setting.<flag>" metadata unless the flag is
+// given (on the command line or in --config): the sequence length, which the position table the
+// checkpoint records (n_positions) bounds, so that --resume of a run made with --seq 16 needs no --seq.
+static const char *const resumed_settings[] = {"--seq"};
+
+static int settings_from_file(const cli_model_config *c, const char *path) {
+    st_file *f = NULL;
+    if (st_open(path, &f) != FSDP_OK) {
+        fprintf(stderr, "%s: %s\n", c->prog, fsdp_last_error());
+        return -1;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < sizeof resumed_settings / sizeof *resumed_settings && rc == 0; i++) {
+        const cli_arg *a = find_flag(c, resumed_settings[i]);
+        char key[64];
+        snprintf(key, sizeof key, "setting.%s", resumed_settings[i] + 2);
+        const char *recorded = a ? st_metadata(f, key) : NULL;
+        if (!recorded || cli_given(c->args, c->nargs, c->argc, c->argv, a->name)) continue;
+        if (cli_value_set(a, recorded) != 0) {
+            fprintf(stderr, "%s: %s: metadata %s '%s' is not a valid %s value\n", c->prog, path, key, recorded,
+                    a->name);
+            rc = -1;
+        }
+    }
+    st_close(f);
+    return rc;
+}
+
 int cli_config_from_inputs(const cli_model_config *c, const char *init_path, const cli_ckpt_options *ckpt) {
     if (init_path && cli_config_from_file(c, init_path)) return -1;
     char dir[4096], path[4200];
@@ -65,7 +93,8 @@ int cli_config_from_inputs(const cli_model_config *c, const char *init_path, con
     }
     if (!found) return 0;
     fsdp_ckpt_meta_file(dir, path, sizeof path);
-    return access(path, F_OK) == 0 ? cli_config_from_file(c, path) : 0;  // (missing: the load reports it)
+    if (access(path, F_OK) != 0) return 0;  // (missing: the load reports it)
+    return cli_config_from_file(c, path) || settings_from_file(c, path) ? -1 : 0;
 }
 
 int cli_config_to_state(const cli_model_config *c, fsdp_state *fs) {

@@ -35,7 +35,9 @@ typedef struct {
 int cli_config_from_file(const cli_model_config *c, const char *path);
 
 // The configuration recorded by the --init file (init_path, may be NULL) and by the checkpoint --resume
-// names, taken as cli_config_from_file does. Returns 0, or -1 after printing an error.
+// names, taken as cli_config_from_file does; from the checkpoint also the sequence length its run
+// recorded ("setting.seq"), unless --seq is given (on the command line or in --config). Returns 0, or -1
+// after printing an error.
 int cli_config_from_inputs(const cli_model_config *c, const char *init_path, const cli_ckpt_options *ckpt);
 
 // Hands the configuration and every flag's value to fs, for every file it writes. Returns 0, or -1

@@ -6,10 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
-// Proves dir is a writable directory by creating and removing a probe file in it. why: (cap) the reason
-// on failure. Returns 0 or -1.
+// The probe's size: a real write of a block, which a full filesystem refuses (an empty file it takes).
+#define PROBE_BYTES (64 * 1024)
+
+// Proves dir is a writable directory with room for a block: creates a probe file in it, writes
+// PROBE_BYTES, fsyncs and removes it. why: (cap) the reason on failure. Returns 0 or -1.
 static int probe_directory(const char *dir, char *why, size_t cap) {
     struct stat st;
     if (stat(dir, &st) != 0) {
@@ -27,8 +31,22 @@ static int probe_directory(const char *dir, char *why, size_t cap) {
         snprintf(why, cap, "directory %s is not writable: %s", dir, strerror(errno));
         return -1;
     }
-    close(fd);
+    static const char block[PROBE_BYTES];  // zeros
+    size_t done = 0;
+    int err = 0;
+    while (done < sizeof block && !err) {
+        ssize_t n = write(fd, block + done, sizeof block - done);
+        if (n > 0) done += (size_t)n;
+        else if (n == 0 || errno != EINTR) err = n == 0 ? ENOSPC : errno;
+    }
+    if (!err && fsync(fd) != 0) err = errno;
+    if (close(fd) != 0 && !err) err = errno;
     unlink(probe);
+    if (err) {
+        snprintf(why, cap, "directory %s cannot be written: a %d KiB test write failed: %s", dir, PROBE_BYTES / 1024,
+                 strerror(err));
+        return -1;
+    }
     return 0;
 }
 
@@ -99,4 +117,61 @@ int cli_check_output_paths(const char *prog, const cli_output_path *paths, int n
     if (R == first_bad) fprintf(stderr, "%s: %s %s: %s\n", prog, bad->flag, bad->path, why);
     if (created_dir) rmdir(created_dir);
     return 2;
+}
+
+// One output's demand on its filesystem.
+typedef struct {
+    const char *flag, *path;  // path: a file (checked in its directory) or a directory
+    int64_t bytes;
+    char what[96];  // how the bytes were counted
+} space_need;
+
+// dir: (cap,) the existing directory need n's bytes go into (a file's directory; "." for a bare name).
+static void need_directory(const space_need *n, int is_file, char *dir, size_t cap) {
+    const char *slash = strrchr(n->path, '/');
+    if (!is_file) snprintf(dir, cap, "%s", n->path);
+    else if (!slash) snprintf(dir, cap, ".");
+    else if (slash == n->path) snprintf(dir, cap, "/");
+    else snprintf(dir, cap, "%.*s", (int)(slash - n->path), n->path);
+}
+
+int cli_check_save_space(const char *prog, const nn_params *ps, const cli_ckpt_options *ckpt, const char *save_path,
+                         int steps, fsdp_comm *world) {
+    int64_t params = nn_params_numel(ps), trainable = 0;
+    for (int i = 0; i < ps->count; i++)
+        if (!ps->items[i].frozen) trainable += ps->items[i].numel;
+    int several = ckpt && ckpt->save_every > 0 && ckpt->save_every < steps;
+    space_need needs[2] = {{"--ckpt-dir", ckpt ? ckpt->dir : NULL, (4 * params + 8 * trainable) * (several ? 2 : 1), ""},
+                           {"--save", save_path, 4 * params, ""}};
+    snprintf(needs[0].what, sizeof needs[0].what, "%s4 B x %lld parameters + 8 B x %lld trainable%s",
+             several ? "two checkpoints of " : "", (long long)params, (long long)trainable, several ? " each" : "");
+    snprintf(needs[1].what, sizeof needs[1].what, "4 B x %lld parameters", (long long)params);
+    char why[4400] = "";
+    if (fsdp_comm_rank(world) == 0) {
+        dev_t devs[2] = {0, 0};
+        unsigned long long avail[2] = {0, 0};
+        int64_t total[2] = {0, 0};
+        for (int i = 0; i < 2 && !why[0]; i++) {
+            char dir[4096];
+            struct stat st;
+            struct statvfs vfs;
+            if (!needs[i].path) continue;
+            need_directory(&needs[i], i == 1, dir, sizeof dir);
+            if (stat(dir, &st) != 0 || statvfs(dir, &vfs) != 0) continue;  // (the path check reported it)
+            devs[i] = st.st_dev;
+            avail[i] = (unsigned long long)vfs.f_bavail * vfs.f_frsize;
+            total[i] = needs[i].bytes + (i == 1 && needs[0].path && devs[0] == st.st_dev ? total[0] : 0);
+            if ((unsigned long long)total[i] > avail[i])
+                snprintf(why, sizeof why, "%s: %s %s: the run's saves need %lld bytes (%s%s) but only %llu bytes are "
+                         "free there", prog, needs[i].flag, needs[i].path, (long long)total[i], needs[i].what,
+                         total[i] > needs[i].bytes ? ", with --ckpt-dir's on the same filesystem" : "", avail[i]);
+        }
+        if (why[0]) fprintf(stderr, "%s\n", why);
+    }
+    double short_of_space = why[0] ? 1.0 : 0.0;
+    if (fsdp_all_reduce_double(world, &short_of_space) != FSDP_OK) {
+        fprintf(stderr, "%s: checking the free space: cannot exchange the result between ranks\n", prog);
+        return 2;
+    }
+    return short_of_space > 0.0 ? 2 : 0;
 }

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "cli/cli_threads.h"  // CLI_THREADS_MAX
+
 int train_flags(train_options *o, cli_arg *args) {
     memset(o, 0, sizeof *o);
     o->layers = 4, o->d_model = 256, o->heads = 4, o->vocab = 256, o->seq = 128, o->max_seq = 0;
@@ -52,13 +54,14 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--trace", ARG_STRING, &o->trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
         {"--collective-timeout", ARG_INT, &o->collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o->skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
-        {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, 1024, NULL},
+        {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, CLI_THREADS_MAX, NULL},
         {"--lora-rank", ARG_INT, &o->lora.rank, "LoRA (Hugging Face PEFT): add rank-R adapters A (R x in) and B (out x R) to each --lora-targets projection, y = W x + (alpha / R) B A x, and freeze every base parameter; --save then writes the adapters alone (PEFT names) unless --lora-merge-on-save (default: no adapters)", 1, 65536, NULL},
         {"--lora-alpha", ARG_FLOAT, &o->lora.alpha, "LoRA scale numerator: the adapters' output is scaled by alpha / --lora-rank", 0, 1e6, NULL},
         {"--lora-dropout", ARG_FLOAT, &o->lora.dropout, "LoRA: dropout on the adapters' input (training only)", 0, 0.999, NULL},
         {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj", 1, 0, NULL},
         {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (PEFT's adapter_model.safetensors layout, base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R]) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
         {"--lora-merge-on-save", ARG_BOOL, &o->lora.merge_on_save, "LoRA: --save writes the base weights with the adapters merged in (W + alpha / R x (B A)^T for the Conv1D layout: a plain GPT-2 file) instead of the adapters alone", 1, 0, NULL},
+        {"--no-memory-check", ARG_BOOL, &o->no_memory_check, "skip the check, made before anything is built, that fsdp-plan's per-rank memory prediction for this run times the ranks on this host fits in what the host has available (MemAvailable, or a lower cgroup limit); a run predicted not to fit is otherwise refused with the numbers (exit 2). Not made with --device cuda, --offload-dir or --eval-only", 1, 0, NULL},
         {"--config", ARG_STRING, &o->config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
     };
     int n = (int)(sizeof own / sizeof *own);

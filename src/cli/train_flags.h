@@ -13,6 +13,7 @@ typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, batch, global_batch, grad_accum, steps, seed, threads, warmup;
     int schedule, eval_every, eval_batches, collective_timeout, skip_nonfinite, no_sync;
     int eval_only;             // --eval-only: evaluate and/or generate from --init or --resume, no training
+    int no_memory_check;       // --no-memory-check: skip the up-front memory check (memory_check.h)
     train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
     cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
     train_lora_options lora;  // --lora-* (train_lora.h)

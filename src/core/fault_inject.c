@@ -29,6 +29,11 @@ int fsdp_fault_crash_in_archive(void) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+int fsdp_fault_marker_full(void) {
+    const char *v = getenv("FSDP_TEST_MARKER_FULL");
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 int fsdp_fault_slow_views_ms(int rank) {
     long long r, ms;
     return env_pair("FSDP_TEST_SLOW_VIEWS", &r, &ms) && r == rank && ms > 0 && ms < 600000 ? (int)ms : 0;

@@ -11,6 +11,8 @@
 //                               it is gone
 //   FSDP_TEST_CRASH_IN_ARCHIVE=1  archiving (a branch, --new-run) SIGKILLs the process once its journal
 //                               is written, before any checkpoint has moved
+//   FSDP_TEST_MARKER_FULL=1     the completion marker DONE of a checkpoint is written into /dev/full, so
+//                               its write fails as on a full disk (ENOSPC, from the kernel)
 //   FSDP_TEST_DESYNC=R:U[:K]    rank R issues a stray all_reduce before the all-gathers of unit U (in
 //                               step K only, when K is given; steps count completed optimizer steps)
 //   FSDP_TEST_NAN_LOSS=K[:R]    fsdp-train: step K's (all-reduced) loss reads as NaN
@@ -33,6 +35,8 @@ int fsdp_fault_torn_shard(int64_t step, int rank);
 int fsdp_fault_crash_in_rotate(int64_t step);
 // Whether FSDP_TEST_CRASH_IN_ARCHIVE is set.
 int fsdp_fault_crash_in_archive(void);
+// Whether FSDP_TEST_MARKER_FULL is set.
+int fsdp_fault_marker_full(void);
 // Whether FSDP_TEST_DESYNC names this rank, unit and step.
 int fsdp_fault_desync(int rank, int unit, int64_t step);
 // Whether the hook `var` (one of the FSDP_TEST_NAN_* above) is set to "K" or "K:R" naming this step

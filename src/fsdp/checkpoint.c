@@ -161,14 +161,16 @@ static fsdp_status write_marker(const char *dir, const char *const *files, int n
     }
     snprintf(path, sizeof path, "%s/DONE", dir);
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    fprintf(f, "complete\n%s", lines);
-    int bad = fflush(f) != 0 || fsync(fileno(f)) != 0;
-    fclose(f);
-    if (bad || rename(tmp, path) != 0) {
+    FILE *f = fopen(fsdp_fault_marker_full() ? "/dev/full" : tmp, "w");
+    if (!f) return fsdp_error(FSDP_ERR_IO, "%s: cannot create the completion marker: %s", tmp, strerror(errno));
+    // the first failing call's errno names the reason (ENOSPC, EIO, EDQUOT, ...)
+    int err = 0;
+    if (fprintf(f, "complete\n%s", lines) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0) err = errno;
+    if (fclose(f) != 0 && !err) err = errno;
+    if (!err && rename(tmp, path) != 0) err = errno;
+    if (err) {
         unlink(tmp);
-        return fsdp_error(FSDP_ERR_IO, "%s: cannot write the completion marker", path);
+        return fsdp_error(FSDP_ERR_IO, "%s: cannot write the completion marker: %s", path, strerror(err));
     }
     return FSDP_OK;
 }

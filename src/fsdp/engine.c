@@ -108,11 +108,16 @@ static size_t straddling_ranges(const fsdp_state *s, const fsdp_unit *u, int g, 
 // After unit `done`'s gradient reduction (a collective every rank enters once its compute so far is
 // done; `done` is resharded next): only the other units still bound in place may be read later.
 static void views_fenced_by_reduction(fsdp_state *s, const fsdp_unit *done) {
-    s->views_unfenced = 0;
-    for (int i = 0; i < s->n_units; i++) {
-        const fsdp_unit *u = &s->units[i];
-        if (u != done && u->state == UNIT_UNSHARDED && params_in_place(s, u)) s->views_unfenced = 1;
-    }
+    int done_counted = done->state == UNIT_UNSHARDED && params_in_place(s, done);
+    s->views_unfenced = s->n_in_place_unsharded - done_counted > 0;
+}
+
+// Every change of a unit's state goes through here, keeping the state's counts of units.
+static void set_state(fsdp_state *s, fsdp_unit *u, fsdp_unit_state to) {
+    int in_place = params_in_place(s, u);
+    if (u->block >= 0) s->n_block_unsharded += (to != UNIT_SHARDED) - (u->state != UNIT_SHARDED);
+    if (in_place) s->n_in_place_unsharded += (to == UNIT_UNSHARDED) - (u->state == UNIT_UNSHARDED);
+    u->state = to;
 }
 
 // Makes every rank finish reading parameters bound in place before any rank goes on (and may rewrite
@@ -200,12 +205,6 @@ static void give_buffer(fsdp_state *s, float *buf) {
     fsdp_dev_free(s->dev, buf);
 }
 
-static int unsharded_block_units(const fsdp_state *s) {
-    int n = 0;
-    for (int i = 0; i < s->n_units; i++) n += s->units[i].block >= 0 && s->units[i].state != UNIT_SHARDED;
-    return n;
-}
-
 // SHARDED -> GATHERING: starts gathering u's flat parameter into a pool buffer on the comm stream.
 // respect_limit: a prefetch is skipped when limit_all_gathers block units are already unsharded.
 static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit) {
@@ -213,15 +212,15 @@ static fsdp_status start_unshard(fsdp_state *s, fsdp_unit *u, int respect_limit)
     int lp = s->cfg.param_dtype == FSDP_BF16;
     if (s->replicated && !lp) {
         u->full = u->shard;  // replicated: the shard is the whole flat parameter
-        u->state = UNIT_UNSHARDED;
+        set_state(s, u, UNIT_UNSHARDED);
         return FSDP_OK;
     }
     if (!s->replicated && respect_limit && s->cfg.limit_all_gathers > 0 &&
-        unsharded_block_units(s) >= s->cfg.limit_all_gathers)
+        s->n_block_unsharded >= s->cfg.limit_all_gathers)
         return FSDP_OK;
     u->full = take_buffer(s, u);
     if (!u->full) return FSDP_ERR_NOMEM;
-    u->state = UNIT_GATHERING;
+    set_state(s, u, UNIT_GATHERING);
     FSDP_CHECK(comm_after_compute(s));  // the shard as the last optimizer step left it
     fsdp_stream *cs = s->comm_stream;
     if (s->replicated) {  // param_dtype bf16: a bf16 copy of the replica
@@ -278,7 +277,7 @@ fsdp_status fsdp_unshard(fsdp_state *s, fsdp_unit *u) {
         fsdp_status st = fsdp_stream_wait_event(s->compute, u->gathered);
         s->comm_wait_seconds += fsdp_now_sec() - t0;
         FSDP_CHECK(with_context(s, u, "all_gather", st));
-        u->state = UNIT_UNSHARDED;
+        set_state(s, u, UNIT_UNSHARDED);
     }
     bind_params(s, u, u->full, 0);
     if (params_in_place(s, u)) {
@@ -299,7 +298,7 @@ void fsdp_reshard(fsdp_state *s, fsdp_unit *u) {
         give_buffer(s, u->full);
     }
     u->full = NULL;
-    u->state = UNIT_SHARDED;
+    set_state(s, u, UNIT_SHARDED);
     bind_params(s, u, NULL, 0);
 }
 

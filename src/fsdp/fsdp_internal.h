@@ -98,6 +98,9 @@ struct fsdp_state {
                               // are written only between passes, so a rounded shard_lp stays valid in one
     int views_unfenced;       // parameters were bound in place (peers' shared shards) since the last
                               // collective every rank entered after its reads (engine.c: fence_views)
+    // kept by engine.c's state transitions (set_state), so no per-unit hook scans every unit
+    int n_block_unsharded;    // block units not SHARDED (gathering or unsharded): limit_all_gathers counts these
+    int n_in_place_unsharded; // units UNSHARDED with their parameters bound in place (params_in_place)
     float *reduce_buf;        // (max grad_shard,) reduce-scatter destination  FSDP_MEM_COMM
     fsdp_adamw opt;
     int have_opt;

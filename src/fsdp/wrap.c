@@ -5,16 +5,8 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "fsdp/block_names.h"
 #include "fsdp/fsdp_internal.h"
-
-static int block_of(const fsdp_model_desc *m, const nn_param *p) {
-    for (int b = 0; b < m->blocks->count; b++) {
-        char prefix[64];
-        snprintf(prefix, sizeof prefix, m->block_prefix, b);
-        if (strncmp(p->name, prefix, strlen(prefix)) == 0) return b;
-    }
-    return -1;
-}
 
 static int wrap_block(const fsdp_config *cfg, const fsdp_model_desc *m, int b, int64_t numel) {
     switch (cfg->wrap) {
@@ -253,22 +245,34 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
     s->block_unit = malloc(sizeof(int) * (size_t)(nb ? nb : 1));
     s->units = calloc((size_t)nb + 1, sizeof(fsdp_unit));
     nn_param **scratch = malloc(sizeof(nn_param *) * (size_t)(np ? np : 1));
-    int *owner = malloc(sizeof(int) * (size_t)(np ? np : 1));
-    if (!s->block_unit || !s->units || !scratch || !owner) {
+    int *owner = malloc(sizeof(int) * (size_t)(np ? np : 1));  // (np,) each parameter's block, or -1
+    int *first = malloc(sizeof(int) * ((size_t)nb + 2));       // (nb + 2,) block b: order[first[b] .. first[b + 1])
+    int *order = malloc(sizeof(int) * (size_t)(np ? np : 1));  // (np,) block parameters, by block, in model order
+    if (!s->block_unit || !s->units || !scratch || !owner || !first || !order) {
         free(scratch);
         free(owner);
+        free(first);
+        free(order);
         return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     }
-    for (int i = 0; i < np; i++) owner[i] = block_of(&model, &model.params->items[i]);
+    fsdp_block_names names;
+    fsdp_block_names_init(&names, model.block_prefix, nb);
+    memset(first, 0, sizeof(int) * ((size_t)nb + 2));
+    for (int i = 0; i < np; i++) {  // a counting sort by block, stable: O(parameters + blocks)
+        owner[i] = fsdp_block_names_find(&names, model.params->items[i].name);
+        if (owner[i] >= 0) first[owner[i] + 2]++;
+    }
+    for (int b = 0; b < nb; b++) first[b + 2] += first[b + 1];  // first[b + 1]: block b's start
+    for (int i = 0; i < np; i++)  // after this, first[b + 1] is block b's end, first[b] its start
+        if (owner[i] >= 0) order[first[owner[i] + 1]++] = i;
     fsdp_status st = FSDP_OK;
     for (int b = 0; b < nb && st == FSDP_OK; b++) {
         int n = 0;
         int64_t numel = 0;
-        for (int i = 0; i < np; i++)
-            if (owner[i] == b) {
-                scratch[n++] = &model.params->items[i];
-                numel += model.params->items[i].numel;
-            }
+        for (int j = first[b]; j < first[b + 1]; j++) {
+            scratch[n++] = &model.params->items[order[j]];
+            numel += model.params->items[order[j]].numel;
+        }
         s->block_unit[b] = -1;
         if (n == 0 || !wrap_block(&cfg, &model, b, numel)) continue;
         fsdp_unit *u = &s->units[s->n_units];
@@ -294,6 +298,8 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
     }
     free(scratch);
     free(owner);
+    free(first);
+    free(order);
     if (st != FSDP_OK) return st;
     int64_t max_shard = 0, off = 0;
     for (int i = 0; i < s->n_units; i++) {  // the optimizer holds the trainable segments' shards only
