@@ -550,37 +550,37 @@ void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, c
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+void cpu_gemm_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                        const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+void cpu_gemm_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+void cpu_gemm_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                            const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
+void cpu_gemm_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
                              int ldc, float *dbias) {
     gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 0, M, B, 1, ldb, beta, C, ldc, dbias, NULL, NULL);
 }
 
-void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
+void cpu_gemm_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
                              int ldc, float *dbias) {
     gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 1, lda, B, 0, N, beta, C, ldc, NULL, dbias, NULL);
 }
 
-void cpu_gemm_bf16_b16_bias(int trans_b, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
+void cpu_gemm_b16_bias(int trans_b, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
                             const float *bias, float *C, int ldc) {
     gemm_bf16_any(0, trans_b, M, N, K, 1.0f, A, 0, lda, B, 1, ldb, 0.0f, C, ldc, NULL, NULL, bias);
 }
 
-void cpu_gemm_bf16_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B,
+void cpu_gemm_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B,
                                 int ldb, const float *bias, float *C, int ldc) {
     gemm_bf16_any(0, trans_b, M, N, K, 1.0f, A, 1, lda, B, 1, ldb, 0.0f, C, ldc, NULL, NULL, bias);
 }
