@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "comm/comm_node.h"
+#include "core/tunables.h"
 
 static int wait_is_passive(void) {
     const char *p = getenv("OMP_WAIT_POLICY");
@@ -48,7 +49,7 @@ fsdp_status cli_threads_setup(const char *prog, fsdp_comm *world, int requested,
                         "thread(s) on %d cores); waits yield the CPU%s\n",
                 prog, out->sharing_ranks, out->threads, out->affinity_cores,
                 out->threads > 1 && !passive_at_start ? "; set OMP_WAIT_POLICY=passive for OpenMP's" : "");
-    const char *dbg = getenv("FSDP_DEBUG");
+    const char *dbg = fsdp_tunable(FSDP_ENV_DEBUG);
     if (dbg && (strcmp(dbg, "INFO") == 0 || strcmp(dbg, "DETAIL") == 0)) fprintf(stderr, "%s: %s\n", prog, line);
     return FSDP_OK;
 }

@@ -20,6 +20,7 @@
 #include "ckpt/safetensors.h"
 #include "fsdp/fsdp.h"
 #include "tensor/tensor.h"
+#include "core/tunables.h"
 
 static const char *prog = "fsdp-ckpt";
 
@@ -493,6 +494,7 @@ static int subcommand_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    fsdp_tunables_warn_unknown("fsdp-ckpt");  // a misspelt FSDP_* variable
     if (argc >= 3 && subcommand_help(argc, argv)) return 0;
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: %s COMMAND ...\n"

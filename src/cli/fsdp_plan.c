@@ -21,6 +21,7 @@
 #include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
 #include "nn/gpt2.h"
+#include "core/tunables.h"
 
 #define PLAN_NFLAGS 5
 
@@ -182,6 +183,7 @@ static int plan_trainable(const char *prog, const char *list, const train_lora_o
 }
 
 int main(int argc, char **argv) {
+    fsdp_tunables_warn_unknown("fsdp-plan");  // a misspelt FSDP_* variable (the plan reads FSDP_COMM_ALGO)
     if (argc < 2) return usage(stderr);
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
     int train = !strcmp(argv[1], "train");

@@ -28,6 +28,7 @@
 #include "core/status.h"
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "core/tunables.h"
 
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define TILE_ELEMS 512  // bf16 values per packed 16x32 tile (1 KiB)
@@ -75,7 +76,7 @@ void cpu_gemm_bf16_select(const char *name) {
 }
 
 const char *cpu_gemm_bf16_name(void) {
-    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (bf16_path < 0) cpu_gemm_bf16_select(fsdp_tunable(FSDP_ENV_GEMM_BF16));
     return bf16_path == PATH_AMX ? "amx" : bf16_path == PATH_AVX512BF16 ? "avx512bf16" : "emulate";
 }
 
@@ -517,7 +518,7 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
     FSDP_ASSERT(!a_sums || !b_sums);  // one dout per product
     FSDP_ASSERT(!bias || beta == 0.0f);
     FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
-    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (bf16_path < 0) cpu_gemm_bf16_select(fsdp_tunable(FSDP_ENV_GEMM_BF16));
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
     if (flops < 4e6) nthreads = 1;
@@ -588,7 +589,7 @@ void cpu_gemm_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A,
 // ---- packed operands kept across products (attention: a head's keys and values) ------------------
 
 int cpu_bf16_tiles_available(void) {
-    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (bf16_path < 0) cpu_gemm_bf16_select(fsdp_tunable(FSDP_ENV_GEMM_BF16));
     return bf16_path != PATH_EMULATE;
 }
 
