@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # scripts/same-bits.sh: do two builds train to the same bits? For refactors that must not change a
 # result: each case trains a few steps with build A's and build B's tools and compares the weights
-# `--save` wrote, byte for byte (cmp), then prints one line per case and a total.
+# `--save` wrote, byte for byte, then prints one line per case and a total.
 #
 #   scripts/same-bits.sh BUILD_A BUILD_B      (e.g. /tmp/base/build build)
 #
 # The matrix: fsdp-train (GPT-2 blocks) and fsdp-minimal (the seed's encoder); fp32 and bf16; the five
 # strategies; activation checkpointing; --deterministic; the guard device; 1 and 3 ranks; LoRA and
-# --freeze. Exit status 1 when any case differs or fails.
+# --freeze. The tensors are compared (names, dtypes, shapes, bytes), not the files' metadata, which
+# records every flag. Exit status 1 when any case differs or fails.
 set -uo pipefail
 [ $# -eq 2 ] || { echo "usage: $0 BUILD_A BUILD_B" >&2; exit 2; }
 A=$1 B=$2
@@ -41,6 +42,20 @@ cases=(
   "minimal 3 --deterministic"
   "minimal 3 --device guard"
 )
+# the tensors of two safetensors files, names, dtypes, shapes and bytes, equal? (their __metadata__ may
+# differ: it records every flag's value, and a build may add a flag)
+same_tensors() {
+  python3 - "$1" "$2" <<'PY'
+import json, struct, sys
+def tensors(path):
+    raw = open(path, "rb").read()
+    n = struct.unpack("<Q", raw[:8])[0]
+    header = json.loads(raw[8:8 + n])
+    header.pop("__metadata__", None)
+    return header, raw[8 + n:]
+sys.exit(0 if tensors(sys.argv[1]) == tensors(sys.argv[2]) else 1)
+PY
+}
 fail=0 n=0
 for c in "${cases[@]}"; do
   read -r tool ranks extra <<<"$c"
@@ -57,7 +72,7 @@ for c in "${cases[@]}"; do
     fi
     mv "$tmp/out.safetensors" "$tmp/$side.safetensors"
   done
-  if cmp -s "$tmp/A.safetensors" "$tmp/B.safetensors"; then
+  if same_tensors "$tmp/A.safetensors" "$tmp/B.safetensors"; then
     echo "same  fsdp-$tool -np $ranks $extra"
   else
     echo "DIFF  fsdp-$tool -np $ranks $extra"; fail=1
