@@ -38,5 +38,8 @@ out=$(
         help_of "$bin/$tool" $sub
         printf '```\n\n'
     done
+    printf '%s\n\n' '## Environment variables'
+    printf '%s\n\n' 'Every `FSDP_*` variable the library and the tools read (`src/core/tunables.h`; `fsdp-train --env` prints this table). A tool warns once about an `FSDP_*` variable that is not one of them.'
+    env -i PATH=/usr/bin:/bin LC_ALL=C "$bin/fsdp-train" --env
 )
 printf '%s\n' "$out"

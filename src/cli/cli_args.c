@@ -1,5 +1,6 @@
 // cli_args.c: flag parsing with range checks and one-line errors.
 #include "cli/cli_args.h"
+#include "core/tunables.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -40,6 +41,7 @@ static void print_help(const char *prog, const char *summary, const cli_arg *arg
                a->type == ARG_CHOICE ? "" : "");
         if (a->type == ARG_CHOICE) printf("      one of: %s\n", a->choices);
     }
+    printf("  --env\n      print the FSDP_* environment variables fsdp.c reads (name, default, meaning) and exit\n");
     printf("\nA switch (a flag without a value) is turned off again with --no-NAME, e.g. after a --config file.\n");
 }
 
@@ -130,6 +132,10 @@ int cli_parse(const char *prog, const char *summary, cli_arg *args, int nargs, i
         const char *flag = argv[i];
         if (strcmp(flag, "--help") == 0 || strcmp(flag, "-h") == 0) {
             print_help(prog, summary, args, nargs);
+            return 1;
+        }
+        if (strcmp(flag, "--env") == 0) {  // the FSDP_* environment variables (core/tunables.h)
+            fsdp_tunables_print(stdout);
             return 1;
         }
         cli_arg *a = NULL;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "comm/comm_node.h"
+#include "core/tunables.h"
 
 static int wait_is_passive(void) {
     const char *p = getenv("OMP_WAIT_POLICY");
@@ -64,7 +65,7 @@ fsdp_status cli_threads_setup(const char *prog, fsdp_comm *world, int requested,
                 out->threads > 1 && !passive_at_start
                     ? "; OpenMP's idle threads still spin: set OMP_WAIT_POLICY=passive to make them yield too"
                     : "");
-    const char *dbg = getenv("FSDP_DEBUG");
+    const char *dbg = fsdp_tunable(FSDP_ENV_DEBUG);
     if (dbg && (strcmp(dbg, "INFO") == 0 || strcmp(dbg, "DETAIL") == 0)) fprintf(stderr, "%s: %s\n", prog, line);
     return FSDP_OK;
 }

@@ -27,6 +27,7 @@
 #include "core/path_canon.h"
 #include "fsdp/fsdp.h"
 #include "tensor/tensor.h"
+#include "core/tunables.h"
 
 static const char *prog = "fsdp-ckpt";
 
@@ -680,6 +681,7 @@ static int subcommand_help(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    fsdp_tunables_warn_unknown("fsdp-ckpt");  // a misspelt FSDP_* variable
     if (argc >= 3 && subcommand_help(argc, argv)) return 0;
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: %s COMMAND ...\n"

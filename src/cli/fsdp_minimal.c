@@ -27,6 +27,7 @@
 #include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
 #include "nn/loss.h"
+#include "core/tunables.h"
 
 // The configuration the files record: nn.TransformerEncoderLayer's arguments (PyTorch names) and the
 // layer count, with the flags setting them.
@@ -308,6 +309,7 @@ int main(int argc, char **argv) {
     rank0 = fsdp_comm_rank(world) == 0;
     fsdp_threads_choice threads;
     if (cli_threads_setup("fsdp-minimal", world, o.threads, &threads) != FSDP_OK) return fail(fsdp_last_error());
+    if (rank0) fsdp_tunables_warn_unknown("fsdp-minimal");  // a misspelt FSDP_* variable
     int rc = run(&o, world, &threads);
     cli_ckpt_close(&o.fsdp.ckpt);
     fsdp_comm_free(world);

@@ -16,6 +16,7 @@
 #include "cli/model_config.h"
 #include "cli/plan_input.h"
 #include "cli/train_flags.h"
+#include "core/tunables.h"
 #include "data/tokenizer.h"
 #include "fsdp/plan.h"
 
@@ -52,6 +53,7 @@ static int usage(FILE *out) {
 }
 
 int main(int argc, char **argv) {
+    fsdp_tunables_warn_unknown("fsdp-plan");  // a misspelt FSDP_* variable (the plan reads FSDP_COMM_ALGO)
     if (argc < 2) return usage(stderr);
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
     int train = !strcmp(argv[1], "train");

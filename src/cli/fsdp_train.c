@@ -35,6 +35,7 @@
 #include "kernels/kernels.h"
 #include "nn/gpt2.h"
 #include "prof/trace.h"
+#include "core/tunables.h"
 #include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -399,7 +400,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         // order), its loss gradient that of its own mean (the engine divides the exact sum by det_chunks),
         // its dropout keyed on the chunk
         int det = o->fsdp.deterministic;
-        float grad_scale = fsdp_fault_at_step("FSDP_TEST_NAN_GRAD", step, R) ? NAN : det ? 1.0f : 1.0f / (float)M;
+        float grad_scale = fsdp_fault_at_step(FSDP_ENV_TEST_NAN_GRAD, step, R) ? NAN : det ? 1.0f : 1.0f / (float)M;
         for (int m = 0; m < M; m++) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
             uint64_t micro_id = det ? ((uint64_t)step * M + m) * N + R : (uint64_t)step * M + m;
@@ -413,14 +414,14 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
             loss += micro_loss / M;
             micro_losses[m] = micro_loss;
         }
-        if (fsdp_fault_at_step("FSDP_TEST_NAN_SHARD", step, R) && poison_grad_shard(fs) != FSDP_OK) goto failed;
+        if (fsdp_fault_at_step(FSDP_ENV_TEST_NAN_SHARD, step, R) && poison_grad_shard(fs) != FSDP_OK) goto failed;
         if (det) {  // the chunks' losses summed in chunk order
             if (fsdp_det_mean(world, micro_losses, M, 0, &loss) != FSDP_OK) goto failed;
         } else {
             if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
             loss /= N;
         }
-        if (fsdp_fault_at_step("FSDP_TEST_NAN_LOSS", step, R)) loss = NAN;
+        if (fsdp_fault_at_step(FSDP_ENV_TEST_NAN_LOSS, step, R)) loss = NAN;
         // A non-finite loss or gradient (the global norm, which any NaN or Inf element makes non-finite)
         // stops the run, or with --skip-nonfinite skips the update. The decision is collective: the loss
         // is all-reduced, and so is a rank's verdict on its norm (replicated strategies compute it
@@ -557,6 +558,7 @@ int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
     if (cli_threads_setup("fsdp-train", world, o.threads, &o.thread_choice) != FSDP_OK) return fail(fsdp_last_error());
+    if (fsdp_comm_rank(world) == 0) fsdp_tunables_warn_unknown("fsdp-train");  // a misspelt FSDP_* variable
     int rc = run(&o, world);
     fsdp_comm_free(world);
     return rc;

@@ -11,6 +11,7 @@
 
 #include "cli/plan_input.h"
 #include "core/mem_available.h"
+#include "core/tunables.h"
 
 #define MIB 1048576.0
 
@@ -78,7 +79,7 @@ static void say_refused(const char *prog, const fsdp_plan *p, const fsdp_plan_in
 
 // Whether the run's device is CUDA's (--device, else FSDP_DEVICE): its memory is not the host's.
 static int on_cuda(const cli_fsdp_options *f) {
-    const char *d = f->device ? f->device : getenv("FSDP_DEVICE");
+    const char *d = f->device ? f->device : fsdp_tunable(FSDP_ENV_DEVICE);
     return d && strncasecmp(d, "cuda", 4) == 0;
 }
 

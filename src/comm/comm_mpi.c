@@ -14,6 +14,7 @@
 
 #include "comm/comm_impl.h"
 #include "core/alloc.h"
+#include "core/tunables.h"
 
 // A reduce-scatter piece is packed into a temporary of (size, piece) elements: at most these bytes, so
 // the temporary stays small next to the payload (a piece of 256 MiB is still one large transfer).
@@ -27,7 +28,7 @@ static atomic_size_t mpi_calls;             // MPI calls with a count issued by 
 static size_t clamp_limit(unsigned long long n) { return n > (unsigned long long)INT_MAX ? (size_t)INT_MAX : (size_t)n; }
 
 static void read_env(void) {
-    const char *v = getenv("FSDP_COMM_MAX_COUNT");
+    const char *v = fsdp_tunable(FSDP_ENV_COMM_MAX_COUNT);
     if (!v || !*v) return;
     if (strspn(v, "0123456789") != strlen(v)) return;  // not a plain decimal count: ignored
     unsigned long long n = strtoull(v, NULL, 10);        // saturates at ULLONG_MAX, then clamped

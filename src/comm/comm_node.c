@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "core/tunables.h"
 
 int fsdp_launcher_local_ranks(int *bound) {
     const char *vars[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"};
@@ -24,7 +25,7 @@ int fsdp_launcher_local_ranks(int *bound) {
 int comm_host_split(MPI_Comm m, int key, MPI_Comm *out) {
     static int per_host = -1;  // FSDP_COMM_RANKS_PER_HOST, read once (0: unset)
     if (per_host < 0) {
-        const char *v = getenv("FSDP_COMM_RANKS_PER_HOST");
+        const char *v = fsdp_tunable(FSDP_ENV_COMM_RANKS_PER_HOST);
         per_host = v && atoi(v) > 0 ? atoi(v) : 0;
     }
     if (!per_host) return MPI_Comm_split_type(m, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, out);

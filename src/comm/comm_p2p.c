@@ -17,6 +17,7 @@
 
 #include "comm/comm_impl.h"
 #include "core/alloc.h"
+#include "core/tunables.h"
 
 // 1 MiB messages: across the bed's hosts 2 MiB and larger ran a 256 MiB reduce-scatter at 0.2-0.4 GB/s against
 // 1.6-1.9 GB/s with 1 MiB or smaller (and 1.8-2.1 at 64 MiB either way: docs/bench.md, "Collectives across hosts")
@@ -48,7 +49,7 @@ static int algo_env = COMM_ALGO_AUTO;
 static pthread_once_t algo_once = PTHREAD_ONCE_INIT;
 
 static void read_algo(void) {
-    const char *v = getenv("FSDP_COMM_ALGO");
+    const char *v = fsdp_tunable(FSDP_ENV_COMM_ALGO);
     if (!v || !*v || strcmp(v, "auto") == 0) algo_env = COMM_ALGO_AUTO;
     else if (strcmp(v, "mpi") == 0) algo_env = COMM_ALGO_MPI;
     else if (strcmp(v, "p2p") == 0) algo_env = COMM_ALGO_P2P;
@@ -103,7 +104,7 @@ static size_t chunk_env = P2P_CHUNK_BYTES;
 static pthread_once_t chunk_once = PTHREAD_ONCE_INIT;
 
 static void read_chunk(void) {
-    const char *v = getenv("FSDP_COMM_P2P_CHUNK_BYTES");
+    const char *v = fsdp_tunable(FSDP_ENV_COMM_P2P_CHUNK_BYTES);
     long long n = v ? atoll(v) : 0;
     if (n >= 4096 && n <= (1LL << 30)) chunk_env = (size_t)n;
 }

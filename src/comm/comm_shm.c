@@ -14,6 +14,7 @@
 #include "core/alloc.h"
 #include "core/threads.h"
 #include "core/timer.h"
+#include "core/tunables.h"
 
 static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
     MPI_Aint bytes = (MPI_Aint)seg_bytes;
@@ -81,7 +82,7 @@ fsdp_status comm_shm_setup(fsdp_comm *c) {
     int everyone = node_size == c->size;  // this rank's group lies on its node; after the MIN: every rank's
     if (s == FSDP_OK) s = comm_mpi_allreduce(&everyone, 1, sizeof everyone, MPI_INT, MPI_MIN, c->mpi);
     FSDP_CHECK(s);
-    if (!everyone || getenv("FSDP_COMM_NO_SHM")) return FSDP_OK;
+    if (!everyone || fsdp_tunable(FSDP_ENV_COMM_NO_SHM)) return FSDP_OK;
     c->seg = calloc((size_t)c->size, sizeof(unsigned char *));
     if (!c->seg) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     void *mine = NULL;

@@ -1,5 +1,6 @@
 // fault_inject.c: the FSDP_TEST_* test hooks (see fault_inject.h).
 #include "core/fault_inject.h"
+#include "core/tunables.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -9,50 +10,50 @@
 #include <unistd.h>
 
 // Parses "A:B" from the variable; returns 0 when it is unset or malformed.
-static int env_pair(const char *var, long long *a, long long *b) {
-    const char *v = getenv(var);
+static int env_pair(fsdp_tunable_id var, long long *a, long long *b) {
+    const char *v = fsdp_tunable(var);
     return v && sscanf(v, "%lld:%lld", a, b) == 2;
 }
 
 int fsdp_fault_crash_in_save(int64_t step) {
-    const char *v = getenv("FSDP_TEST_CRASH_IN_SAVE");
+    const char *v = fsdp_tunable(FSDP_ENV_TEST_CRASH_IN_SAVE);
     return v && atoll(v) == step;
 }
 
 int fsdp_fault_crash_in_rotate(int64_t step) {
     long long k, p;
-    return env_pair("FSDP_TEST_CRASH_IN_ROTATE", &k, &p) && k == step && p >= 0 && p <= 2 ? (int)p : -1;
+    return env_pair(FSDP_ENV_TEST_CRASH_IN_ROTATE, &k, &p) && k == step && p >= 0 && p <= 2 ? (int)p : -1;
 }
 
 int fsdp_fault_crash_in_archive(void) {
-    const char *v = getenv("FSDP_TEST_CRASH_IN_ARCHIVE");
+    const char *v = fsdp_tunable(FSDP_ENV_TEST_CRASH_IN_ARCHIVE);
     return v && *v && strcmp(v, "0") != 0;
 }
 
 int fsdp_fault_marker_full(void) {
-    const char *v = getenv("FSDP_TEST_MARKER_FULL");
+    const char *v = fsdp_tunable(FSDP_ENV_TEST_MARKER_FULL);
     return v && *v && strcmp(v, "0") != 0;
 }
 
 int fsdp_fault_slow_views_ms(int rank) {
     long long r, ms;
-    return env_pair("FSDP_TEST_SLOW_VIEWS", &r, &ms) && r == rank && ms > 0 && ms < 600000 ? (int)ms : 0;
+    return env_pair(FSDP_ENV_TEST_SLOW_VIEWS, &r, &ms) && r == rank && ms > 0 && ms < 600000 ? (int)ms : 0;
 }
 
 int fsdp_fault_torn_shard(int64_t step, int rank) {
     long long k, r;
-    return env_pair("FSDP_TEST_TORN_SHARD", &k, &r) && k == step && r == rank;
+    return env_pair(FSDP_ENV_TEST_TORN_SHARD, &k, &r) && k == step && r == rank;
 }
 
 int fsdp_fault_desync(int rank, int unit, int64_t step) {
-    const char *v = getenv("FSDP_TEST_DESYNC");
+    const char *v = fsdp_tunable(FSDP_ENV_TEST_DESYNC);
     long long r, u, k;
     int n = v ? sscanf(v, "%lld:%lld:%lld", &r, &u, &k) : 0;
     return n >= 2 && r == rank && u == unit && (n == 2 || k == step);
 }
 
-int fsdp_fault_at_step(const char *var, int64_t step, int rank) {
-    const char *v = getenv(var);
+int fsdp_fault_at_step(fsdp_tunable_id var, int64_t step, int rank) {
+    const char *v = fsdp_tunable(var);
     if (!v || !*v) return 0;
     char *end = NULL;
     long long k = strtoll(v, &end, 10);

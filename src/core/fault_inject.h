@@ -1,5 +1,5 @@
-// fault_inject.h: test-only fault injection. The FSDP_TEST_* environment variables are read here and
-// nowhere else; docs/decisions.md lists them. Unset, every query answers "no fault". Each query
+// fault_inject.h: test-only fault injection. The FSDP_TEST_* environment variables (core/tunables.h)
+// are read here and nowhere else; docs/decisions.md lists them. Unset, every query answers "no fault". Each query
 // only answers; the fault itself is made where it acts (a checkpoint write, a collective, a step).
 //   FSDP_TEST_CRASH_IN_SAVE=K   every rank SIGKILLs itself once its shard of the step-K checkpoint is
 //                               complete (before the index and the DONE marker)
@@ -27,6 +27,8 @@
 #pragma once
 #include <stdint.h>
 
+#include "core/tunables.h"
+
 // Whether FSDP_TEST_CRASH_IN_SAVE names this checkpoint step.
 int fsdp_fault_crash_in_save(int64_t step);
 // Whether FSDP_TEST_TORN_SHARD names this checkpoint step and rank.
@@ -41,7 +43,7 @@ int fsdp_fault_marker_full(void);
 int fsdp_fault_desync(int rank, int unit, int64_t step);
 // Whether the hook `var` (one of the FSDP_TEST_NAN_* above) is set to "K" or "K:R" naming this step
 // and rank.
-int fsdp_fault_at_step(const char *var, int64_t step, int rank);
+int fsdp_fault_at_step(fsdp_tunable_id var, int64_t step, int rank);
 // The milliseconds FSDP_TEST_SLOW_VIEWS asks this rank to sleep (0: none).
 int fsdp_fault_slow_views_ms(int rank);
 // Dies like kill -9.

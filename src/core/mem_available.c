@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tunables.h"
+
 // The number a one-value file (memory.max, memory.current, ...) starts with: 1 and *v, or 0 when the
 // file is missing or holds no number (cgroup v2 writes "max" for no limit).
 static int read_value(const char *path, double *v) {
@@ -85,7 +87,7 @@ static int has_memory(const char *list, size_t len) {
 
 fsdp_mem_available_info fsdp_mem_available(void) {
     fsdp_mem_available_info r = {-1.0, ""};
-    const char *test = getenv("FSDP_TEST_MEM_AVAILABLE");
+    const char *test = fsdp_tunable(FSDP_ENV_TEST_MEM_AVAILABLE);
     if (test && *test) {
         r.bytes = strtod(test, NULL);
         r.source = "FSDP_TEST_MEM_AVAILABLE";

@@ -11,6 +11,7 @@
 
 #include "device/device_cuda_impl.h"
 #include "device/device_impl.h"
+#include "core/tunables.h"
 
 static const char *const kind_names[] = {"cpu", "guard", "cuda"};
 
@@ -133,7 +134,7 @@ static int parse_kind(const char *name, fsdp_device_kind *kind, int *ordinal) {
 // FSDP_COMM_PROGRESS: "poll" (the default: an MPI_Test between kernels moves the collectives in flight)
 // or "none" (they move only when waited for; for measuring what the polls buy). *on: the setting.
 static fsdp_status progress_setting(int *on) {
-    const char *v = getenv("FSDP_COMM_PROGRESS");
+    const char *v = fsdp_tunable(FSDP_ENV_COMM_PROGRESS);
     *on = 1;
     if (!v || !*v || strcasecmp(v, "poll") == 0) return FSDP_OK;
     if (strcasecmp(v, "none") == 0) {
@@ -147,7 +148,7 @@ fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
     *out = NULL;
     int progress;
     FSDP_CHECK(progress_setting(&progress));
-    if (!name || !*name) name = getenv("FSDP_DEVICE");
+    if (!name || !*name) name = fsdp_tunable(FSDP_ENV_DEVICE);
     if (!name || !*name) name = "cpu";
     fsdp_device_kind kind;
     int ordinal;
@@ -191,7 +192,7 @@ static fsdp_dev *default_dev;
 static pthread_once_t default_once = PTHREAD_ONCE_INIT;
 
 static void open_default(void) {
-    const char *env = getenv("FSDP_DEVICE");
+    const char *env = fsdp_tunable(FSDP_ENV_DEVICE);
     fsdp_device_kind kind;
     int ordinal;
     if (env && *env && !parse_kind(env, &kind, &ordinal)) {

@@ -88,6 +88,7 @@ const struct fsdp_kernels *dev_cuda_kernels(int bf16) {
 #include <cuda_runtime.h>
 
 #include "device/cuda_blas.h"
+#include "core/tunables.h"
 
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
 
@@ -137,7 +138,7 @@ fsdp_status dev_cuda_open(fsdp_dev *d, int ordinal) {
                           count, count == 1 ? " is" : "s are", count - 1);
     CU_TRY(cudaSetDevice(ordinal), "cudaSetDevice");
     d->cuda_ordinal = ordinal;
-    const char *tf32 = getenv("FSDP_ALLOW_TF32");
+    const char *tf32 = fsdp_tunable(FSDP_ENV_ALLOW_TF32);
     int allow_tf32 = tf32 && *tf32 && strcmp(tf32, "0") != 0;
     const fsdp_cublas_api *blas = fsdp_cublas();  // loaded here, by the first CUDA device (cuda_blas.h)
     if (!blas) return FSDP_ERR_INTERNAL;            // the reason is the last error
@@ -393,7 +394,7 @@ void *fsdp_cuda_scratch(fsdp_stream *s, size_t bytes) {
 static int sync_each_kernel(void) {
     static int v = -1;
     if (v < 0) {
-        const char *e = getenv("FSDP_CUDA_SYNC");
+        const char *e = fsdp_tunable(FSDP_ENV_CUDA_SYNC);
         v = e && *e && strcmp(e, "0") != 0;
     }
     return v;

@@ -21,6 +21,7 @@
 #include "fsdp/fsdp_internal.h"
 #include "kernels/kernels.h"
 #include "prof/trace.h"
+#include "core/tunables.h"
 
 // Parameters of a unit whose shard is in shared memory are read where the shards live: the fp32
 // shards, or under param_dtype bf16 their rounded copies (shard_lp, shared too). The all-gather
@@ -511,7 +512,7 @@ fsdp_status engine_install_hooks(fsdp_state *s) {
     s->hooks.post_backward = hook_post_backward;
     s->model.blocks->hooks = &s->hooks;
     s->sync = 1;
-    const char *dbg = getenv("FSDP_DEBUG");
+    const char *dbg = fsdp_tunable(FSDP_ENV_DEBUG);
     s->debug = !dbg ? 0 : strcmp(dbg, "DETAIL") == 0 ? 2 : strcmp(dbg, "INFO") == 0 ? 1 : 0;
     if (s->debug >= 2) {
         fsdp_comm_set_sequence_check(s->world, 1);

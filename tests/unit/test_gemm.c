@@ -85,7 +85,7 @@ static float bf16_round(float x) { return fsdp_bf16_to_f32(fsdp_f32_to_bf16(x));
 
 // The bf16 GEMM against the double reference on bf16-rounded operands (alpha joins A before
 // rounding): only fp32 accumulation error remains, so the same bound holds. b16: B is passed in bf16
-// (cpu_gemm_bf16_b16, how layers multiply by parameters gathered in bf16).
+// (cpu_gemm_b16, how layers multiply by parameters gathered in bf16).
 static int run_case_bf16(const char *path, int b16, int ta, int tb, int M, int N, int K, float alpha, float beta) {
     int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 7;
     long asz = (long)(ta ? K : M) * lda, bsz = (long)(tb ? N : K) * ldb, csz = (long)M * ldc;
@@ -107,7 +107,7 @@ static int run_case_bf16(const char *path, int b16, int ta, int tb, int M, int N
     if (b16) {
         fsdp_bf16 *Bh = malloc(sizeof(fsdp_bf16) * bsz);
         fsdp_f32_to_bf16_array(Bh, B, (size_t)bsz);
-        cpu_gemm_bf16_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, C, ldc);
+        cpu_gemm_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, C, ldc);
         free(Bh);
     } else {
         cpu_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -140,7 +140,7 @@ static int bf16_rounds_operands(void) {
 }
 
 // The device's tables run the same products as the direct calls: gemm (fp32 table: cpu_gemm; bf16
-// table: cpu_gemm_bf16) and gemm_b16 (cpu_gemm_bf16_b16), bit for bit, on device buffers written and
+// table: cpu_gemm_bf16) and gemm_b16 (cpu_gemm_b16), bit for bit, on device buffers written and
 // read with copies (so this passes on the guard device too).
 static int table_matches_direct(int bf16, int b16, int ta, int tb, int M, int N, int K, float alpha, float beta) {
     fsdp_dev *dev = fsdp_dev_default();
@@ -166,7 +166,7 @@ static int table_matches_direct(int bf16, int b16, int ta, int tb, int M, int N,
     ok &= fsdp_copy_h2d(st, Bhd, Bh, sizeof(fsdp_bf16) * bsz) == FSDP_OK;
     if (b16) {
         k->gemm_b16(st, ta, tb, M, N, K, alpha, Ad, lda, Bhd, ldb, beta, Cd, ldc);
-        cpu_gemm_bf16_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, R, ldc);
+        cpu_gemm_b16(ta, tb, M, N, K, alpha, A, lda, Bh, ldb, beta, R, ldc);
     } else {
         k->gemm(st, ta, tb, M, N, K, alpha, Ad, lda, Bd, ldb, beta, Cd, ldc);
         if (bf16) cpu_gemm_bf16(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, R, ldc);
@@ -186,7 +186,7 @@ static int table_matches_direct(int bf16, int b16, int ta, int tb, int M, int N,
     return ok;
 }
 
-// A stored in bf16 (cpu_gemm_bf16_a16, _a16_b16: activations kept in bf16) gives the bits of the same
+// A stored in bf16 (cpu_gemm_a16, _a16_b16: activations kept in bf16) gives the bits of the same
 // product with A in fp32, since the fp32 A is rounded to those bf16 values while it is packed; B in fp32
 // and in bf16, every transpose, tails in M, N and K.
 static int a16_matches_f32(const char *path, int b16, int ta, int tb, int M, int N, int K, float beta) {
@@ -202,11 +202,11 @@ static int a16_matches_f32(const char *path, int b16, int ta, int tb, int M, int
     fsdp_f32_to_bf16_array(Bh, B, nb);
     cpu_gemm_bf16_select(path);
     if (b16) {
-        cpu_gemm_bf16_b16(ta, tb, M, N, K, 1.0f, A, lda, Bh, ldb, beta, C1, ldc);
-        cpu_gemm_bf16_a16_b16(ta, tb, M, N, K, 1.0f, Ah, lda, Bh, ldb, beta, C2, ldc);
+        cpu_gemm_b16(ta, tb, M, N, K, 1.0f, A, lda, Bh, ldb, beta, C1, ldc);
+        cpu_gemm_a16_b16(ta, tb, M, N, K, 1.0f, Ah, lda, Bh, ldb, beta, C2, ldc);
     } else {
         cpu_gemm_bf16(ta, tb, M, N, K, 1.0f, A, lda, B, ldb, beta, C1, ldc);
-        cpu_gemm_bf16_a16(ta, tb, M, N, K, 1.0f, Ah, lda, B, ldb, beta, C2, ldc);
+        cpu_gemm_a16(ta, tb, M, N, K, 1.0f, Ah, lda, B, ldb, beta, C2, ldc);
     }
     cpu_gemm_bf16_select(NULL);
     int ok = memcmp(C1, C2, sizeof(float) * nc) == 0;
@@ -237,10 +237,10 @@ static int dbias_matches_separate(const char *path, int conv1d, int threads, int
     int saved = omp_get_max_threads();
     omp_set_num_threads(threads);
     if (conv1d) {
-        cpu_gemm_bf16_a16(1, 0, M, N, K, 1.0f, xh, ld, dout, N, beta, C1, ldc);
+        cpu_gemm_a16(1, 0, M, N, K, 1.0f, xh, ld, dout, N, beta, C1, ldc);
         k->gemm_a16_dbias(NULL, M, N, K, xh, ld, dout, beta, C2, ldc, db2);
     } else {
-        cpu_gemm_bf16_b16(1, 0, M, N, K, 1.0f, dout, M, xh, ld, beta, C1, ldc);
+        cpu_gemm_b16(1, 0, M, N, K, 1.0f, dout, M, xh, ld, beta, C1, ldc);
         k->gemm_b16_dbias(NULL, M, N, K, dout, xh, ld, beta, C2, ldc, db2);
     }
     cpu_bias_backward(db1, dout, K, C_out);
@@ -274,10 +274,10 @@ static int bias_matches_fill(const char *path, int a16, int trans_b, int threads
     omp_set_num_threads(threads);
     for (int m = 0; m < M; m++) memcpy(C1 + (size_t)m * ldc, bias, sizeof(float) * N);
     if (a16) {
-        cpu_gemm_bf16_a16_b16(0, trans_b, M, N, K, 1.0f, Ah, lda, Bh, ldb, 1.0f, C1, ldc);
+        cpu_gemm_a16_b16(0, trans_b, M, N, K, 1.0f, Ah, lda, Bh, ldb, 1.0f, C1, ldc);
         k->gemm_a16_b16_bias(NULL, trans_b, M, N, K, Ah, lda, Bh, ldb, bias, C2, ldc);
     } else {
-        cpu_gemm_bf16_b16(0, trans_b, M, N, K, 1.0f, A, lda, Bh, ldb, 1.0f, C1, ldc);
+        cpu_gemm_b16(0, trans_b, M, N, K, 1.0f, A, lda, Bh, ldb, 1.0f, C1, ldc);
         k->gemm_b16_bias(NULL, trans_b, M, N, K, A, lda, Bh, ldb, bias, C2, ldc);
     }
     omp_set_num_threads(saved);

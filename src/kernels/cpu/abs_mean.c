@@ -18,12 +18,12 @@ static double block_abs_sum(const float *y, size_t n) {
     return cpu_sum_lanes8(acc);
 }
 
-double cpu_abs_mean_forward(const float *y, size_t n) {
+void cpu_abs_mean_forward(double *loss, const float *y, size_t n) {
     double part[CPU_SUM_MAX_BLOCKS];  // (nb,) block sums
     size_t bs = cpu_sum_block(n, ABS_MEAN_MIN_BLOCK), nb = cpu_sum_nblocks(n, bs);
 #pragma omp parallel for schedule(static) if (nb > 1)
     for (size_t b = 0; b < nb; b++) part[b] = block_abs_sum(y + b * bs, n - b * bs < bs ? n - b * bs : bs);
-    return cpu_sum_in_order(part, nb) / (double)n;
+    *loss = cpu_sum_in_order(part, nb) / (double)n;
 }
 
 void cpu_abs_mean_backward(float *dy, const float *y, size_t n, float dloss) {

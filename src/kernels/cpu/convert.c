@@ -15,3 +15,6 @@ void cpu_bf16_to_f32(float *dst, const fsdp_bf16 *src, size_t n) {
     for (size_t i = 0; i < n; i += CONVERT_CHUNK)
         fsdp_bf16_to_f32_array(dst + i, src + i, n - i < CONVERT_CHUNK ? n - i : CONVERT_CHUNK);
 }
+
+// serial: each chunk of bf16 values overwrites bytes of fp32 values an earlier chunk has read
+void cpu_f32_to_bf16_in_place(void *buf, size_t n) { fsdp_f32_to_bf16_in_place(buf, n); }

@@ -49,8 +49,8 @@ static double row_sum_exp(const float *z, int V, float maxv) {  // z: (V,)
     return sum;
 }
 
-double cpu_cross_entropy_forward(float *losses, float *stats, const float *logits, const int32_t *targets, int N,
-                                 int V) {
+void cpu_cross_entropy_forward(double *loss, float *losses, float *stats, const float *logits, const int32_t *targets,
+                               int N, int V) {
     double stack_rows[CE_STACK_ROWS];  // (N,) row losses when N <= CE_STACK_ROWS
     double *row_loss = N <= CE_STACK_ROWS ? stack_rows : malloc(sizeof(double) * (size_t)N);  // (N,)
     FSDP_ASSERT(row_loss != NULL);
@@ -59,16 +59,16 @@ double cpu_cross_entropy_forward(float *losses, float *stats, const float *logit
         const float *z = logits + (size_t)n * V;  // (V,)
         float maxv = row_max(z, V);
         double sum = row_sum_exp(z, V, maxv);
-        double loss = log(sum) - (double)(z[targets[n]] - maxv);
+        double row = log(sum) - (double)(z[targets[n]] - maxv);
         stats[2 * n] = maxv;
         stats[2 * n + 1] = (float)(1.0 / sum);
-        losses[n] = (float)loss;
-        row_loss[n] = loss;
+        losses[n] = (float)row;
+        row_loss[n] = row;
     }
     double total = 0.0;
     for (int n = 0; n < N; n++) total += row_loss[n];
     if (row_loss != stack_rows) free(row_loss);
-    return total / N;
+    *loss = total / N;
 }
 
 void cpu_cross_entropy_backward(float *dlogits, const float *logits, const float *stats, const int32_t *targets,

@@ -89,10 +89,10 @@ static double block_sum_squares(const float *x, size_t n) {
 }
 
 // over fixed blocks (block_sum.h): the same bits on any thread count
-double cpu_sum_squares(const float *x, size_t n) {
+void cpu_sum_squares(double *acc, const float *x, size_t n) {
     double part[CPU_SUM_MAX_BLOCKS];  // (nb,) block sums
     size_t bs = cpu_sum_block(n, SUM_SQUARES_MIN_BLOCK), nb = cpu_sum_nblocks(n, bs);
 #pragma omp parallel for schedule(static) if (nb > 1)
     for (size_t b = 0; b < nb; b++) part[b] = block_sum_squares(x + b * bs, n - b * bs < bs ? n - b * bs : bs);
-    return cpu_sum_in_order(part, nb);
+    *acc += cpu_sum_in_order(part, nb);
 }

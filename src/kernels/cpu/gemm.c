@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kernels/kernels.h"
+#include "core/tunables.h"
 
 void openblas_set_num_threads(int num_threads);
 
@@ -19,7 +20,7 @@ void cpu_gemm_init(void) {
     if (done) return;
     done = 1;
     openblas_set_num_threads(1);
-    if (use_own_kernel < 0) cpu_gemm_select(getenv("FSDP_GEMM"));
+    if (use_own_kernel < 0) cpu_gemm_select(fsdp_tunable(FSDP_ENV_GEMM));
 }
 
 void cpu_gemm_select(const char *name) {
@@ -29,7 +30,7 @@ void cpu_gemm_select(const char *name) {
 }
 
 const char *cpu_gemm_name(void) {
-    if (use_own_kernel < 0) cpu_gemm_select(getenv("FSDP_GEMM"));
+    if (use_own_kernel < 0) cpu_gemm_select(fsdp_tunable(FSDP_ENV_GEMM));
     return use_own_kernel ? "avx512" : "openblas";
 }
 

@@ -28,6 +28,7 @@
 #include "core/status.h"
 #include "kernels/cpu/avx512_transpose.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "core/tunables.h"
 
 #define AMX_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,amx-tile,amx-bf16")))
 #define TILE_ELEMS 512  // bf16 values per packed 16x32 tile (1 KiB)
@@ -75,7 +76,7 @@ void cpu_gemm_bf16_select(const char *name) {
 }
 
 const char *cpu_gemm_bf16_name(void) {
-    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (bf16_path < 0) cpu_gemm_bf16_select(fsdp_tunable(FSDP_ENV_GEMM_BF16));
     return bf16_path == PATH_AMX ? "amx" : bf16_path == PATH_AVX512BF16 ? "avx512bf16" : "emulate";
 }
 
@@ -517,7 +518,7 @@ static void gemm_bf16_any(int trans_a, int trans_b, int M, int N, int K, float a
     FSDP_ASSERT(!a_sums || !b_sums);  // one dout per product
     FSDP_ASSERT(!bias || beta == 0.0f);
     FSDP_ASSERT(!a_bf16 || alpha == 1.0f);  // a bf16 A is not scaled (alpha would need a second rounding)
-    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (bf16_path < 0) cpu_gemm_bf16_select(fsdp_tunable(FSDP_ENV_GEMM_BF16));
     int nthreads = omp_in_parallel() ? 1 : omp_get_max_threads();
     double flops = 2.0 * M * N * (double)K;
     if (flops < 4e6) nthreads = 1;
@@ -550,37 +551,37 @@ void cpu_gemm_bf16(int trans_a, int trans_b, int M, int N, int K, float alpha, c
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+void cpu_gemm_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                        const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+void cpu_gemm_a16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                        const float *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
+void cpu_gemm_a16_b16(int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A, int lda,
                            const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc, NULL, NULL, NULL);
 }
 
-void cpu_gemm_bf16_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
+void cpu_gemm_b16_dbias(int M, int N, int K, const float *A, const fsdp_bf16 *B, int ldb, float beta, float *C,
                              int ldc, float *dbias) {
     gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 0, M, B, 1, ldb, beta, C, ldc, dbias, NULL, NULL);
 }
 
-void cpu_gemm_bf16_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
+void cpu_gemm_a16_dbias(int M, int N, int K, const fsdp_bf16 *A, int lda, const float *B, float beta, float *C,
                              int ldc, float *dbias) {
     gemm_bf16_any(1, 0, M, N, K, 1.0f, A, 1, lda, B, 0, N, beta, C, ldc, NULL, dbias, NULL);
 }
 
-void cpu_gemm_bf16_b16_bias(int trans_b, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
+void cpu_gemm_b16_bias(int trans_b, int M, int N, int K, const float *A, int lda, const fsdp_bf16 *B, int ldb,
                             const float *bias, float *C, int ldc) {
     gemm_bf16_any(0, trans_b, M, N, K, 1.0f, A, 0, lda, B, 1, ldb, 0.0f, C, ldc, NULL, NULL, bias);
 }
 
-void cpu_gemm_bf16_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B,
+void cpu_gemm_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf16 *A, int lda, const fsdp_bf16 *B,
                                 int ldb, const float *bias, float *C, int ldc) {
     gemm_bf16_any(0, trans_b, M, N, K, 1.0f, A, 1, lda, B, 1, ldb, 0.0f, C, ldc, NULL, NULL, bias);
 }
@@ -588,7 +589,7 @@ void cpu_gemm_bf16_a16_b16_bias(int trans_b, int M, int N, int K, const fsdp_bf1
 // ---- packed operands kept across products (attention: a head's keys and values) ------------------
 
 int cpu_bf16_tiles_available(void) {
-    if (bf16_path < 0) cpu_gemm_bf16_select(getenv("FSDP_GEMM_BF16"));
+    if (bf16_path < 0) cpu_gemm_bf16_select(fsdp_tunable(FSDP_ENV_GEMM_BF16));
     return bf16_path != PATH_EMULATE;
 }
 

@@ -193,19 +193,19 @@ void t_gemm_bf16(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K,
     gemm_bf16_any(st, "gemm (bf16)", trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 0, ldb, beta, C, ldc, NULL);
 }
 
-// A (M, K) / (K, M) fp32 rounded as alpha * A; B (K, N) / (N, K) bf16 (cpu_gemm_bf16_b16)
+// A (M, K) / (K, M) fp32 rounded as alpha * A; B (K, N) / (N, K) bf16 (cpu_gemm_b16)
 void t_gemm_b16(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const float *A, int lda,
                 const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(st, "gemm_b16", trans_a, trans_b, M, N, K, alpha, A, 0, lda, B, 1, ldb, beta, C, ldc, NULL);
 }
 
-// A bf16; B fp32 rounded (cpu_gemm_bf16_a16); alpha must be 1
+// A bf16; B fp32 rounded (cpu_gemm_a16); alpha must be 1
 void t_gemm_a16(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A,
                 int lda, const float *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(st, "gemm_a16", trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 0, ldb, beta, C, ldc, NULL);
 }
 
-// A and B bf16 (cpu_gemm_bf16_a16_b16); alpha must be 1
+// A and B bf16 (cpu_gemm_a16_b16); alpha must be 1
 void t_gemm_a16_b16(fsdp_stream *st, int trans_a, int trans_b, int M, int N, int K, float alpha, const fsdp_bf16 *A,
                     int lda, const fsdp_bf16 *B, int ldb, float beta, float *C, int ldc) {
     gemm_bf16_any(st, "gemm_a16_b16", trans_a, trans_b, M, N, K, alpha, A, 1, lda, B, 1, ldb, beta, C, ldc, NULL);
@@ -224,7 +224,7 @@ void t_gemm_a16_b16_bias(fsdp_stream *st, int trans_b, int M, int N, int K, cons
 }
 
 // C (M, N) ldc = dout^T @ B + beta * C, dout (K, M) fp32 dense (rounded), B (K, N) bf16 with ldb;
-// dbias (M,) += column sums of dout (cpu_gemm_bf16_b16_dbias)
+// dbias (M,) += column sums of dout (cpu_gemm_b16_dbias)
 void t_gemm_b16_dbias(fsdp_stream *st, int M, int N, int K, const float *dout, const fsdp_bf16 *B, int ldb,
                       float beta, float *C, int ldc, float *dbias) {
     gemm_bf16_any(st, "gemm_b16_dbias", 1, 0, M, N, K, 1.0f, dout, 0, M, B, 1, ldb, beta, C, ldc, NULL);
@@ -232,7 +232,7 @@ void t_gemm_b16_dbias(fsdp_stream *st, int M, int N, int K, const float *dout, c
 }
 
 // C (M, N) ldc = A^T @ dout + beta * C, A (K, M) bf16 with lda, dout (K, N) fp32 dense (rounded);
-// dbias (N,) += column sums of dout (cpu_gemm_bf16_a16_dbias)
+// dbias (N,) += column sums of dout (cpu_gemm_a16_dbias)
 void t_gemm_a16_dbias(fsdp_stream *st, int M, int N, int K, const fsdp_bf16 *A, int lda, const float *dout,
                       float beta, float *C, int ldc, float *dbias) {
     gemm_bf16_any(st, "gemm_a16_dbias", 1, 0, M, N, K, 1.0f, A, 1, lda, dout, 0, N, beta, C, ldc, NULL);

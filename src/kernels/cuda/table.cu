@@ -1,5 +1,5 @@
 // table.cu: the CUDA device's kernel tables (fp32 and bf16 mixed precision), filled by the kernel files
-// of this directory; every entry must be set (checked once, at the first call).
+// of this directory; every kernel of kernels/kernel_list.h must be set (checked once, at the first call).
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,16 +21,17 @@ static fsdp_kernels *build(int bf16) {
     fsdp_cuda_fill_attention(t, bf16);
     fsdp_cuda_fill_pointwise(t, bf16);
     fsdp_cuda_fill_model(t, bf16);
-    // every member after `device` is a kernel pointer
-    const size_t first = offsetof(fsdp_kernels, gemm), n = (sizeof(fsdp_kernels) - first) / sizeof(void (*)(void));
-    for (size_t i = 0; i < n; i++) {
-        void (*fn)(void);
-        memcpy(&fn, (const char *)t + first + i * sizeof fn, sizeof fn);
-        if (!fn) {
-            fprintf(stderr, "fsdp: the CUDA kernel table %s lacks entry %zu of struct fsdp_kernels\n", t->name, i);
-            abort();
-        }
+    // every kernel of kernels/kernel_list.h has its entry
+    int missing = 0;
+#define FSDP_KERNEL(fn, ...)                                                                         \
+    if (!t->fn) {                                                                                    \
+        fprintf(stderr, "fsdp: the CUDA kernel table %s lacks the kernel %s (kernels/kernel_list.h)\n", \
+                t->name, #fn);                                                                       \
+        missing = 1;                                                                                 \
     }
+#include "kernels/kernel_list.h"
+#undef FSDP_KERNEL
+    if (missing) abort();
     return t;
 }
 
