@@ -8,9 +8,9 @@
   checkpoint from elsewhere that does not continue the directory's history is refused.
 - Two jobs started together on one directory: one is refused naming the holder, the other finishes
   intact; a job killed with kill -9 leaves a lock that blocks nothing.
-- kill -9 at 20 random points (in the rotation, in the save, in the archiving, and at random times)
-  of a branch run with --save-every 1 --keep-last 2: --resume auto always continues the branch from the
-  newest complete checkpoint, exactly.
+- kill -9 at random points of a branch run with --save-every 1 --keep-last 2 (20 trials in the
+  rotation, 20 in the save, 2 in the archiving, 6 at a random time): --resume auto always continues
+  the branch from the newest complete checkpoint, exactly.
 - --steps 0, or a run refused before its first save, leaves no directory it created behind."""
 import hashlib
 import json
@@ -174,8 +174,11 @@ def main():
     # 4. kill -9 at random points of a branch run (--save-every 1 --keep-last 2): --resume auto always
     # continues the branch from the newest complete checkpoint, exactly
     rng = random.Random(20261207)
-    faults = ([("rotate", p) for p in (0, 1, 2, 0, 1, 2)] + [("save", None)] * 4 + [("torn", None)] * 3
-              + [("archive", None)] * 2 + [("timer", None)] * 5)
+    # 20 trials killed in the rotation (a random step and point), 20 in the save (after the shards, or
+    # half-way through a shard), 2 in the archiving, 6 at a random time
+    faults = ([("rotate", rng.randint(0, 2)) for _ in range(20)] + [(rng.choice(("save", "torn")), None)
+                                                                    for _ in range(20)]
+              + [("archive", None)] * 2 + [("timer", None)] * 6)
     for trial, (kind, point) in enumerate(faults):
         ck = f"{tmp}/kill{trial}"
         shutil.copytree(template, ck)
