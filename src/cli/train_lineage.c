@@ -97,8 +97,9 @@ static fsdp_status decide(const char *prog, cli_ckpt_options *o) {
                           "another --ckpt-dir", prog, o->dir, newest, run_words(newest_run, words, sizeof words), resume,
                           run_words(resumed_run, words2, sizeof words2), (long long)resumed_step, o->dir);
     }
-    if (found && resumed_run[0] && strlen(resumed_run) < sizeof o->run_id) {
-        snprintf(o->run_id, sizeof o->run_id, "%s", resumed_run);
+    size_t run_len = strlen(resumed_run);
+    if (found && run_len > 0 && run_len < sizeof o->run_id) {
+        memcpy(o->run_id, resumed_run, run_len + 1);  // (fits: checked above)
         return FSDP_OK;
     }
     return fsdp_ckpt_new_run_id(o->run_id);  // a fresh start, or a checkpoint written before run ids
