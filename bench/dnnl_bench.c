@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 
 #define CHECK_DNNL(x)                                                         \

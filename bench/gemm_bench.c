@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/timer.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 
 // n floats, 64-byte aligned, zeroed

@@ -10,7 +10,6 @@
 #include "cli/train_lora.h"
 #include "core/threads.h"
 #include "fsdp/block_names.h"
-#include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
 #include "nn/gpt2.h"
 
@@ -27,10 +26,14 @@ int cli_plan_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fsdp_
     in->shared_memory = !no_shm;
     const char *algo = fsdp_comm_algo_setting();  // the run's FSDP_COMM_ALGO, read from this environment
     in->flat_reduce_scatter = strcmp(algo, "p2p") == 0 || strcmp(algo, "mpi") == 0;
-    in->zero_copy = fsdp_dev_host_addressable(cfg->device);
+    fsdp_dev_caps caps;
+    fsdp_dev_capabilities(cfg->device, &caps);
+    in->zero_copy = caps.zero_copy_shared;
     in->param_bf16 = cfg->param_dtype == FSDP_BF16;
     in->reduce_bf16 = cfg->reduce_dtype == FSDP_BF16;
-    in->bf16_emulated = strcmp(cpu_gemm_bf16_name(), "emulate") == 0;  // this machine's bf16 GEMM
+    in->bf16_emulated = caps.gemm_bf16_emulated;  // this machine's bf16 GEMM
+    in->gemm_pack_a_bytes = (double)caps.gemm_pack_a_bytes;
+    in->gemm_pack_b_bytes = (double)caps.gemm_pack_b_bytes;
     return 0;
 }
 

@@ -11,7 +11,11 @@
 //            while a call of this layer (a kernel, a copy, a memset, a collective) runs, so a host
 //            access from above the layer faults at once; the fault handler names the allocation
 //            (category, size, offset) and prints a backtrace.
-//   "cuda"   (not built yet) cuBLASLt + own kernels, NCCL on a communication stream.
+//   "cuda"   one GPU ("cuda:N", or the local rank's): cuBLAS(Lt) and own kernels on CUDA streams
+//            (built where the CUDA toolkit is found: FSDP_CUDA=AUTO).
+// Each device is a backend (device/backend_impl.h: a table of functions plus its state) in its own
+// folder, device/cpu/, device/guard/, device/cuda/, which owns its kernels. Code above this layer never
+// asks which backend it has: it asks for capabilities (fsdp_dev_capabilities).
 //
 // Rules a backend author (and every caller) relies on:
 // - Ownership. fsdp_dev_alloc memory belongs to the device; only this layer's calls read or write
@@ -50,7 +54,7 @@ struct fsdp_kernels;
 typedef enum { FSDP_DEVICE_CPU = 0, FSDP_DEVICE_GUARD = 1, FSDP_DEVICE_CUDA = 2 } fsdp_device_kind;
 typedef enum { FSDP_STREAM_COMPUTE = 0, FSDP_STREAM_COMM = 1, FSDP_STREAM_COUNT = 2 } fsdp_stream_id;
 
-// Opens a device by name: "cpu", "guard" (case-insensitive). NULL or "" means $FSDP_DEVICE, else "cpu".
+// Opens a device by name: "cpu", "guard", "cuda", "cuda:N" (case-insensitive). NULL or "" means $FSDP_DEVICE, else "cpu".
 // An unknown name is an error naming it and the choices. A process may open several devices; each
 // open is closed once.
 fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out);
@@ -61,9 +65,29 @@ void fsdp_dev_close(fsdp_dev *d);
 // The process's default device, opened on first use from $FSDP_DEVICE (never closed; never NULL:
 // an invalid $FSDP_DEVICE aborts with a message naming it).
 fsdp_dev *fsdp_dev_default(void);
-const char *fsdp_dev_name(const fsdp_dev *d);  // "cpu", "guard"
-fsdp_device_kind fsdp_dev_kind(const fsdp_dev *d);
-int fsdp_dev_host_addressable(const fsdp_dev *d);
+const char *fsdp_dev_name(const fsdp_dev *d);  // "cpu", "guard", "cuda"
+fsdp_device_kind fsdp_dev_kind(const fsdp_dev *d);  // for tests and messages: the layer's callers ask for capabilities
+int fsdp_dev_host_addressable(const fsdp_dev *d);  // fsdp_dev_capabilities' host_addressable
+
+// What a device can do, for the code above the layer.
+typedef struct {
+    int host_addressable;    // device memory is the process's own memory (the cpu device)
+    int zero_copy_shared;    // shards may live in MPI shared-memory windows and be gathered in place
+                             // (fsdp_dev_all_gather_shared; the engine's zero-copy path)
+    int runs_at_call;        // copies, memsets and kernels have run when their call returns (host devices)
+    const char *gemm_f32;    // the path of the fp32 matrix products: "avx512", "openblas", "cublas"
+    const char *gemm_bf16;   // and of the bf16 ones: "amx", "avx512bf16", "emulate", "cublaslt"
+    int gemm_bf16_emulated;  // bf16 products computed through fp32 copies (the planner counts those)
+    // The packing scratch of the fp32 products in host memory, per thread that runs one: a block of A
+    // and a block of B, bytes (the planner's); 0 where the device keeps none in host memory.
+    size_t gemm_pack_a_bytes, gemm_pack_b_bytes;
+} fsdp_dev_caps;
+
+// The capabilities now (the GEMM paths as selected so far: FSDP_GEMM, FSDP_GEMM_BF16).
+void fsdp_dev_capabilities(const fsdp_dev *d, fsdp_dev_caps *out);
+// The device's memory: what it could still allocate and its size, in bytes (cpu and guard: the
+// host's, core/mem_available.h; cuda: cudaMemGetInfo).
+fsdp_status fsdp_dev_mem_info(fsdp_dev *d, size_t *free_bytes, size_t *total_bytes);
 
 // Device memory: zero-filled, 64-byte aligned, accounted under `cat` (core/alloc.h). NULL (with
 // fsdp_error set) when out of memory. bytes == 0 gives a valid minimal buffer.

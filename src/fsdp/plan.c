@@ -5,15 +5,14 @@
 #include <string.h>
 
 #include "fsdp/fsdp.h"
-#include "kernels/kernels.h"
 
 #define ALIGN 16  // FSDP_PAD_ALIGN
 
 static int64_t round_up(int64_t x, int64_t q) { return (x + q - 1) / q * q; }
 static double max2(double a, double b) { return a > b ? a : b; }
 
-// The packing scratch of the GEMMs: the fp32 kernel's fixed panels (sgemm_avx512.c: KC x NC of B and
-// MC x KC of A, per thread that runs a one-thread product, plus one shared B block for team products),
+// The packing scratch of the GEMMs: the fp32 kernel's fixed panels (the device's capabilities: a B block
+// and an A block per thread that runs a one-thread product, plus one shared B block for team products),
 // or the bf16 kernel's, which grow to the largest packed operand (gemm_bf16.c: ceil32(columns of B) x
 // ceil32(K) bf16 values, and A's rows packed 512 at a time: min(ceil32(rows), 512) x ceil32(K); fp32
 // copies of both when emulated). Team products (outside parallel regions, and
@@ -24,7 +23,7 @@ typedef struct {
 } gemm_shape;
 
 static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, int64_t V, int64_t N, int64_t T) {
-    const double fp32_b = 4.0 * CPU_SGEMM_KC * CPU_SGEMM_NC, fp32_a = 4.0 * CPU_SGEMM_MC * CPU_SGEMM_KC;
+    const double fp32_b = in->gemm_pack_b_bytes, fp32_a = in->gemm_pack_a_bytes;
     int threads = in->threads > 0 ? in->threads : 1;
     double fp32 = (threads > 1 ? fp32_b : 0.0) + threads * (fp32_b + fp32_a);
     if (!in->param_bf16) return fp32;

@@ -36,6 +36,8 @@ typedef struct {
     int reduce_bf16;      // MixedPrecision reduce_dtype bf16 (gradient reductions of 2 bytes per element)
     int threads;          // OpenMP threads per rank (0: 1)
     int bf16_emulated;    // the bf16 GEMM runs emulated (no avx512_bf16 or AMX: fp32 copies, then the fp32 GEMM)
+    double gemm_pack_a_bytes, gemm_pack_b_bytes;  // the device's fp32 GEMM packing scratch per thread, an A
+                                                  // block and a B block (fsdp_dev_caps; 0: none in host memory)
     int det_limbs;        // --deterministic: fixed-point digits per gradient element (fsdp_det_format), 0 off:
                           // reductions of 4 x det_limbs bytes per element, a digit accumulator per shard, no
                           // gradient staging; grad_accum is then the chunks per rank
@@ -66,7 +68,7 @@ typedef struct {
     double unsharded;                 // peak of gathered parameters and unsharded gradients
     double activations;               // peak of activation buffers
     double communication;             // reduce staging, bf16 send copies, the shared-memory collectives' window
-    double workspace;                 // GEMM packing scratch (kernels/cpu/sgemm_avx512.c, gemm_bf16.c)
+    double workspace;                 // GEMM packing scratch (device/cpu/sgemm_avx512.c, gemm_bf16.c)
     double total;                     // sum of the above
     double bytes_sent;                // per optimizer step, per rank, all collectives of the engine
     // per optimizer step, by link class, for collectives that send each peer its share directly

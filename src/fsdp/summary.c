@@ -5,6 +5,8 @@
 #include "fsdp/fsdp_internal.h"
 
 void fsdp_print_summary(const fsdp_state *s, FILE *f) {
+    fsdp_dev_caps caps;
+    fsdp_dev_capabilities(s->dev, &caps);
     int G = s->replicated ? 1 : fsdp_comm_size(s->shard_comm);
     fprintf(f, "FSDP summary: strategy %s, world %d, shard group %d%s, %d units, backend %s, device %s\n",
             fsdp_strategy_name(s->cfg.strategy), fsdp_comm_size(s->world), G,
@@ -14,7 +16,7 @@ void fsdp_print_summary(const fsdp_state *s, FILE *f) {
     fprintf(f, "mixed precision: param_dtype %s, reduce_dtype %s, master shards and optimizer fp32, compute %s%s%s\n",
             fsdp_dtype_name(s->cfg.param_dtype), fsdp_dtype_name(s->cfg.reduce_dtype),
             fsdp_dev_kernels(s->dev, s->cfg.param_dtype == FSDP_BF16)->name, s->cfg.param_dtype == FSDP_BF16 ? " with the GEMM on " : "",
-            s->cfg.param_dtype == FSDP_BF16 ? cpu_gemm_bf16_name() : "");
+            s->cfg.param_dtype == FSDP_BF16 ? caps.gemm_bf16 : "");
     fprintf(f, "%-10s %7s %12s %9s %12s %14s\n", "unit", "params", "numel", "padding", "shard numel",
             "bytes/rank");
     int64_t tot_numel = 0, tot_train = 0, tot_shard = 0, tot_bytes = 0;

@@ -121,6 +121,13 @@ fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) {
     return FSDP_OK;
 }
 
+// Shards may live in MPI shared-memory windows on d (the engine's zero-copy gathers and reduce-scatters)
+static int zero_copy_shared(const fsdp_dev *d) {
+    fsdp_dev_caps caps;
+    fsdp_dev_capabilities(d, &caps);
+    return caps.zero_copy_shared;
+}
+
 // Lays out one unit over the given parameters (trainable ones first, then the frozen ones: two
 // segments, each padded and sharded on its own) and allocates this rank's shard.
 static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, int n) {
@@ -166,7 +173,7 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
         return u->shard && (u->shard_grad || !grad_bytes) ? FSDP_OK : FSDP_ERR_IO;
     }
     // zero-copy all-gathers from shared memory: only where device memory is host memory
-    int shared = !s->replicated && fsdp_dev_host_addressable(s->dev);
+    int shared = !s->replicated && zero_copy_shared(s->dev);
     u->shard = shared ? fsdp_comm_alloc_shared(s->shard_comm, shard_bytes) : NULL;
     if (u->shard) {  // peers read it in place when gathering
         u->storage = SHARD_SHARED;
@@ -335,7 +342,7 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
             if (!s->root_pool) return FSDP_ERR_NOMEM;
         }
     }
-    if (!s->replicated && max_block_grad > 0 && fsdp_dev_host_addressable(s->dev) && !cfg.deterministic) {
+    if (!s->replicated && max_block_grad > 0 && zero_copy_shared(s->dev) && !cfg.deterministic) {
         // two alternating shared buffers for block units' gradients (zero-copy reduce-scatter)
         size_t bytes = sizeof(float) * (size_t)max_block_grad;
         s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);

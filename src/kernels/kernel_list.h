@@ -1,8 +1,8 @@
 // kernel_list.h: every kernel of the table (struct fsdp_kernels, kernels.h), once. Each entry is
 // FSDP_KERNEL(name, (type, parameter), ...): the parameters after the stream every kernel takes first.
 // No include guard: a file that needs the list defines FSDP_KERNEL, includes this file, and undefines
-// it; kernels.h makes the table's members from it, each backend its entries (kernels/cpu/table.c,
-// device/device_kernels.c's wrappers, kernels/cuda/table.cu's completeness check), and
+// it; kernels.h makes the table's members from it, each backend its entries (device/cpu/table.c,
+// device/device_kernels.c's wrappers, device/cuda/table.cu's completeness check), and
 // kernels/kernel_params.h turns a parameter list into declarations or arguments. Adding a kernel:
 // one entry here, then its implementation in each backend (cpu_<name> for the CPU, with these
 // parameters; a t_<name> in the CUDA table).

@@ -1,5 +1,5 @@
 // loss.c: mean absolute value loss (the seed's `model(x).abs().mean()`), through the kernel table
-// (the kernels live in kernels/cpu/abs_mean.c).
+// (the kernels live in device/cpu/abs_mean.c).
 #include "nn/loss.h"
 
 void nn_abs_mean_forward(const nn_ctx *ctx, double *loss, const float *y, size_t n) {

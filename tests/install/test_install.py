@@ -17,14 +17,15 @@ STEPS = 30
 
 def internal_headers():
     """Headers under src/ that must never be installed: the engine's and backends' internals, the
-    CPU kernels' private helpers, and the layers only the tools use (checkpoint files, token data,
+    backends' own folders (their kernels), and the layers only the tools use (checkpoint files, token data,
     tracing, the planner)."""
     out = []
     for root, _, files in os.walk(os.path.join(REPO, "src")):
         rel = os.path.relpath(root, os.path.join(REPO, "src"))
         for f in files:
             if f.endswith(".h") and (f.endswith("_internal.h") or f.endswith("_impl.h") or
-                                     rel.startswith(("kernels/cpu", "cli", "ckpt", "data", "prof")) or
+                                     rel.startswith(("device/cpu", "device/guard", "device/cuda", "cli", "ckpt", "data", "prof")) or
+                                     f == "block_sum.h" or
                                      (rel == "fsdp" and f != "fsdp.h")):
                 out.append(f)
     return out

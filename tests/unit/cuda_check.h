@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "device/device.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

@@ -14,7 +14,7 @@
 #include "core/alloc.h"
 #include "core/rng.h"
 #include "device/device.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "optim/optim.h"
 #include "tensor/tensor.h"

@@ -1,5 +1,5 @@
-// test_cuda_attention.c: the CUDA table's fused attention (kernels/cuda/attention_cuda.cu) against the CPU
-// table's (kernels/cpu/attention.c), on the same inputs, in both tables (fp32 and bf16 mixed precision):
+// test_cuda_attention.c: the CUDA table's fused attention (device/cuda/attention_cuda.cu) against the CPU
+// table's (device/cpu/attention.c), on the same inputs, in both tables (fp32 and bf16 mixed precision):
 //  - forward: out and stats (each query row's log-sum-exp) from the same qkv;
 //  - backward: dqkv from the same qkv, a random dout and the CPU forward's out and stats, fed to both
 //    devices (so the backward is compared on identical inputs, not through the forward's differences);

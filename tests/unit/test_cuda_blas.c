@@ -1,5 +1,5 @@
 // test_cuda_blas.c: cuBLAS is loaded when the first CUDA device opens, not when the program starts
-// (device/cuda_blas.h). Needs a CUDA build, not a GPU (exit 77, skipped, without CUDA in the build):
+// (device/cuda/cuda_blas.h). Needs a CUDA build, not a GPU (exit 77, skipped, without CUDA in the build):
 //  - at start, no libcublas is mapped (a build that links it again fails here, as test_plan's PSS checks
 //    fail by ~100 MB);
 //  - a CPU device opened and used maps nothing of it either;
@@ -14,7 +14,7 @@
 #include "test.h"
 
 #ifdef FSDP_HAVE_CUDA
-#include "device/cuda_blas.h"
+#include "device/cuda/cuda_blas.h"
 
 // 1 if a mapping of this process names `lib` (/proc/self/maps)
 static int mapped(const char *lib) {

@@ -1,4 +1,4 @@
-// test_cuda_model.c: the CUDA table's model-level kernels (kernels/cuda/model_cuda.cu) against the CPU
+// test_cuda_model.c: the CUDA table's model-level kernels (device/cuda/model_cuda.cu) against the CPU
 // table's, on the same inputs, in both tables (fp32 and bf16 mixed precision):
 //  - embedding_forward / embedding_forward_b16 (accumulate 0 and 1; bf16 -0 rows): exactly;
 //    embedding_backward (into nonzero dtable, token ids repeating): as the same fp32 additions (1 ulp);

@@ -1,4 +1,4 @@
-// test_cuda_pointwise.c: the CUDA table's pointwise kernels (kernels/cuda/pointwise_cuda.cu) against the
+// test_cuda_pointwise.c: the CUDA table's pointwise kernels (device/cuda/pointwise_cuda.cu) against the
 // CPU table's, on the same inputs, in both tables (fp32 and bf16 mixed precision):
 //  - conversions fp32 <-> bf16 (special values: NaN, Inf, -0, subnormals, ties) and the in-place one:
 //    the bits exactly (the whole 4n-byte buffer of the in-place one);

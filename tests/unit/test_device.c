@@ -19,6 +19,7 @@
 #include "core/alloc.h"
 #include "device/device.h"
 #include "device/device_comm.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

@@ -1,4 +1,4 @@
-// test_fixed_point.c: the deterministic mode's exact sums (kernels/cpu/fixed_point.c).
+// test_fixed_point.c: the deterministic mode's exact sums (device/cpu/fixed_point.c).
 // - fixed_quantize + fp32 sums of the digits + fixed_finalize give the same bits whatever the order and
 //   grouping of the additions (forward, reverse, and grouped as 2, 3 or 4 ranks would add them), for
 //   values from 1e-12 to 1e6, zeros, subnormals, negatives and exact cancellation;
@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "fsdp/fsdp.h"
-#include "kernels/cpu/cpu_fixed.h"
+#include "device/cpu/cpu_fixed.h"
 #include "test.h"
 
 __extension__ typedef __int128 i128;

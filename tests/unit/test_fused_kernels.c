@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "core/rng.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "device/device.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

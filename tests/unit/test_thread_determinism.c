@@ -31,7 +31,7 @@
 #include <unistd.h>
 
 #include "core/status.h"
-#include "kernels/cpu/cpu_kernels.h"
+#include "device/cpu/cpu_kernels.h"
 #include "kernels/kernels.h"
 #include "test.h"
 

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "device/device.h"
-#include "kernels/cpu/vec_math.h"
+#include "device/cpu/vec_math.h"
 #include "kernels/kernels.h"
 #include "test.h"
 
