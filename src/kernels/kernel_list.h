@@ -76,6 +76,16 @@ FSDP_KERNEL(layernorm_backward, (float *, dinp), (float *, dweight), (float *, d
     (const float *, dres), (const float *, inp), (const float *, weight), (const float *, mean),
     (const float *, rstd), (int, N), (int, C))
 
+// RMSNorm over the last dimension (Llama's; Hugging Face's LlamaRMSNorm in fp32): out = inp * rstd *
+// weight, rstd = 1 / sqrt(mean(inp^2) + eps) per row. out, inp: (N, C); rstd: (N,) saved for backward;
+// weight: (C,). out_b16 (N, C): when not NULL the output goes there in bf16 and out is not written.
+FSDP_KERNEL(rmsnorm_forward, (float *, out), (fsdp_bf16 *, out_b16), (float *, rstd), (const float *, inp),
+    (const float *, weight), (int, N), (int, C), (float, eps))
+// dinp: (N, C) overwritten with RMSNorm's input gradient plus dres (N, C), the gradient a residual branch
+// adds (NULL: none); dweight: (C,) accumulated, may be NULL (a frozen weight); rstd: as forward wrote it
+FSDP_KERNEL(rmsnorm_backward, (float *, dinp), (float *, dweight), (const float *, dout), (const float *, dres),
+    (const float *, inp), (const float *, weight), (const float *, rstd), (int, N), (int, C))
+
 // Fused (FlashAttention-2 style: no T x T matrix is stored). qkv: rows of 3C (q | k | v); out: rows
 // of C; stats: (B, H, T) saved for backward, each query row's log-sum-exp of its scaled scores.
 FSDP_KERNEL(attention_forward, (float *, out), (float *, stats), (const float *, qkv),

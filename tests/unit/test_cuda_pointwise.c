@@ -12,6 +12,7 @@
 //  - LayerNorm forward (fp32 and bf16 outputs), fused with the residual add and its dropout (res apart,
 //    res = b, res = a), and backward with and without dres, with dweight / dbias each NULL or not
 //    (accumulated from nonzero values), dinp = dout, and N large enough for the CPU's larger row blocks;
+//  - RMSNorm forward (fp32 and bf16 outputs) and backward (dres or not, dweight or NULL, dinp = dout);
 //  - every entry with size 0 (nothing written), sizes 1 and odd ones (37 x 129) and 513 x 768.
 // Tolerances: 1 ulp (atol 0, rtol 2e-7) where the arithmetic is the same fp32 operations; erf / exp / tanh
 // forms rtol 2e-6 with a small atol (act_atol, grad_atol: the libraries' erff and expf differ by an ulp or
@@ -131,6 +132,9 @@ static void test_zero_sizes(void) {
     k->residual_layernorm_forward(T.gs, d, d, NULL, d, d, d, d, 0.25f, RNG, d, d, 0, 5, 1e-5f);
     k->layernorm_backward(T.gs, d, d, d, d, d, d, d, d, d, 0, 5);
     k->layernorm_backward(T.gs, d, d, d, d, d, d, d, d, d, 5, 0);
+    k->rmsnorm_forward(T.gs, d, NULL, d, d, d, 0, 5, 1e-6f);
+    k->rmsnorm_backward(T.gs, d, d, d, d, d, d, d, 0, 5);
+    k->rmsnorm_backward(T.gs, d, d, d, d, d, d, d, 5, 0);
     k->relu_forward(T.gs, d, d, 0);
     k->relu_backward(T.gs, d, d, d, 0);
     for (int ta = 0; ta < 2; ta++) {
@@ -662,6 +666,64 @@ static void test_layernorm_backward(void) {
     }
 }
 
+// ---- RMSNorm ----
+
+// forward (fp32 and bf16 output) and backward (dres or not, dweight or NULL, dinp over dout) against the
+// CPU table: the same order of operations (rmsnorm.c), so RED_TOL (double row sums: equal in practice)
+static void rmsnorm_case(int N, int C, int use_dres, int use_dw, int inplace) {
+    const float eps = 1e-6f;
+    size_t n = (size_t)N * C;
+    float *x = host_rand(n, 80, -2.0f, 2.0f), *w = host_rand((size_t)C, 81, 0.5f, 1.5f);
+    float *dy = host_rand(n, 82, -1.0f, 1.0f), *dres = host_rand(n, 83, -1.0f, 1.0f);
+    float *dw0 = host_rand((size_t)C, 84, -0.1f, 0.1f), *sent = host_rand(n, 85, 7.0f, 8.0f);
+    float *out = host_dup(sent, n), *rstd = malloc(sizeof(float) * N);
+    float *gx = dev_floats(x, n), *gw = dev_floats(w, (size_t)C), *gout = dev_floats(sent, n);
+    float *grstd = dev_floats(sent, (size_t)N);
+    T.kc[B]->rmsnorm_forward(T.cs, out, NULL, rstd, x, w, N, C, eps);
+    T.kg[B]->rmsnorm_forward(T.gs, gout, NULL, grstd, gx, gw, N, C, eps);
+    float *hout = get_floats(gout, n), *hrstd = get_floats(grstd, (size_t)N);
+    check_close(label("rmsnorm_forward N=%d C=%d", N, C), hout, out, n, RED_TOL, RED_TOL);
+    check_close(label("rmsnorm_forward rstd N=%d C=%d", N, C), hrstd, rstd, (size_t)N, RED_TOL, RED_TOL);
+    fsdp_bf16 *o16 = malloc(sizeof(fsdp_bf16) * (n ? n : 1)), *go16 = dev_b16_garbage(n);
+    float *gout2 = dev_floats(sent, n);
+    T.kc[B]->rmsnorm_forward(T.cs, NULL, o16, rstd, x, w, N, C, eps);
+    T.kg[B]->rmsnorm_forward(T.gs, gout2, go16, grstd, gx, gw, N, C, eps);
+    fsdp_bf16 *h16 = get_b16(go16, n);
+    float *wg = widen(h16, n), *ww = widen(o16, n);
+    check_close(label("rmsnorm_forward bf16 N=%d C=%d", N, C), wg, ww, n, RED_TOL, BF16_RTOL);
+    check_untouched(label("rmsnorm_forward bf16: out not written"), gout2, sent, n);
+
+    float *cdinp = inplace ? host_dup(dy, n) : malloc(sizeof(float) * n), *cdy = host_dup(dy, n);
+    float *cdw = host_dup(dw0, (size_t)C);
+    T.kc[B]->rmsnorm_backward(T.cs, cdinp, use_dw ? cdw : NULL, inplace ? cdinp : cdy, use_dres ? dres : NULL, x, w,
+                              rstd, N, C);
+    float *gdy = dev_floats(dy, n), *gdres = dev_floats(dres, n), *gdw = dev_floats(dw0, (size_t)C);
+    float *gdinp = inplace ? gdy : dev_floats(sent, n);
+    T.kg[B]->rmsnorm_backward(T.gs, gdinp, use_dw ? gdw : NULL, gdy, use_dres ? gdres : NULL, gx, gw, grstd, N, C);
+    float *hdinp = get_floats(gdinp, n), *hdw = get_floats(gdw, (size_t)C);
+    const char *name = label("rmsnorm_backward N=%d C=%d dres %d dweight %d in place %d", N, C, use_dres, use_dw,
+                             inplace);
+    check_close(name, hdinp, cdinp, n, RED_TOL, RED_TOL);
+    check_close(name, hdw, cdw, (size_t)C, RED_TOL, RED_TOL);
+    if (!use_dw) check_bytes(label("rmsnorm_backward: dweight NULL"), hdw, dw0, sizeof(float) * C);
+    free(x), free(w), free(dy), free(dres), free(dw0), free(sent), free(out), free(rstd), free(hout), free(hrstd);
+    free(o16), free(h16), free(wg), free(ww), free(cdinp), free(cdy), free(cdw), free(hdinp), free(hdw);
+    if (!inplace) dev_free(gdinp);
+    dev_free(gx), dev_free(gw), dev_free(gout), dev_free(grstd), dev_free(go16), dev_free(gout2), dev_free(gdy);
+    dev_free(gdres), dev_free(gdw);
+}
+
+static void test_rmsnorm(void) {
+    const int rows[][2] = {{1, 1}, {37, 129}, {513, 768}, {9000, 3}};  // 9000 rows: several blocks of rows
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        int N = rows[r][0], C = rows[r][1];
+        rmsnorm_case(N, C, 0, 1, 0);
+        rmsnorm_case(N, C, 1, 1, 0);
+        rmsnorm_case(N, C, 1, 0, 0);
+        rmsnorm_case(N, C, 0, 1, 1);
+    }
+}
+
 int main(void) {
     cuda_test_open(&T);
     for (B = 0; B < 2; B++) {
@@ -675,6 +737,7 @@ int main(void) {
         test_layernorm_forward();
         test_residual_layernorm();
         test_layernorm_backward();
+        test_rmsnorm();
     }
     cuda_test_close(&T);
     if (test_failures) fprintf(stderr, "%d check(s) failed\n", test_failures);

@@ -139,6 +139,24 @@ static void case_layernorm(blob *o, const shape *s) {
     free(inp), free(dout), free(w), free(bias), free(dw), free(db), free(out), free(dinp), free(mean), free(rstd);
 }
 
+// RMSNorm forward and backward: N rows of C (a = N, b = C); dweight starts non-zero (it accumulates)
+static void case_rmsnorm(blob *o, const shape *s) {
+    int N = s->a, C = s->b;
+    seed(11);
+    float *inp = rand_floats((size_t)N * C, -2.0f, 3.0f);   // (N, C)
+    float *dout = rand_floats((size_t)N * C, -1.0f, 1.0f);  // (N, C)
+    float *w = rand_floats((size_t)C, 0.5f, 1.5f), *dw = rand_floats((size_t)C, -0.1f, 0.1f);  // (C,)
+    float *out = malloc(sizeof(float) * (size_t)N * C), *dinp = malloc(sizeof(float) * (size_t)N * C);  // (N, C)
+    float *rstd = malloc(sizeof(float) * (size_t)N);                                                     // (N,)
+    K32->rmsnorm_forward(ST, out, NULL, rstd, inp, w, N, C, 1e-6f);
+    put(o, "rmsnorm_forward out", out, 4, (size_t)N * C);
+    put(o, "rmsnorm_forward rstd", rstd, 4, (size_t)N);
+    K32->rmsnorm_backward(ST, dinp, dw, dout, NULL, inp, w, rstd, N, C);
+    put(o, "rmsnorm_backward dinp", dinp, 4, (size_t)N * C);
+    put(o, "rmsnorm_backward dweight", dw, 4, (size_t)C);
+    free(inp), free(dout), free(w), free(dw), free(out), free(dinp), free(rstd);
+}
+
 // softmax cross-entropy: N rows of V classes (a = N, b = V)
 static void case_cross_entropy(blob *o, const shape *s) {
     int N = s->a, V = s->b;
@@ -374,6 +392,8 @@ static const kcase cases[] = {
     {"layernorm N=512 C=768", case_layernorm, {512, 768, 0, 0}, 0},
     {"layernorm N=333 C=77", case_layernorm, {333, 77, 0, 0}, 0},
     {"layernorm N=20000 C=64", case_layernorm, {20000, 64, 0, 0}, 0},
+    {"rmsnorm N=512 C=128", case_rmsnorm, {512, 128, 0, 0}, 0},
+    {"rmsnorm N=20000 C=64", case_rmsnorm, {20000, 64, 0, 0}, 0},
     {"cross_entropy N=512 V=512", case_cross_entropy, {512, 512, 0, 0}, 0},
     {"cross_entropy N=333 V=517", case_cross_entropy, {333, 517, 0, 0}, 0},
     {"cross_entropy N=5 V=7", case_cross_entropy, {5, 7, 0, 0}, 0},

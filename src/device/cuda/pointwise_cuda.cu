@@ -1,8 +1,8 @@
 // pointwise_cuda.cu: the CUDA device's LayerNorm (alone, fused with the residual add and its dropout,
-// backward), activations (ReLU, exact GELU, tanh GELU), dropout and their fused forms, residual adds,
+// backward), RMSNorm, activations (ReLU, exact GELU, tanh GELU), dropout and their fused forms, residual adds,
 // scaling, bias broadcast and gradient, row fill, and fp32 <-> bf16 conversions.
 //
-// Every kernel computes what the CPU kernel (device/cpu/layernorm.c, activation.c, elementwise.c,
+// Every kernel computes what the CPU kernel (device/cpu/layernorm.c, rmsnorm.c, activation.c, elementwise.c,
 // convert.c) computes, in the same order of operations: the CPU is built in ISO C mode (no FMA
 // contraction), so every product and sum here is written with the _rn intrinsics, which nvcc never
 // fuses. The reductions follow the CPU's order too: LayerNorm's row sums in 16 interleaved lanes added
@@ -324,6 +324,95 @@ __global__ void k_layernorm_backward_params(float *dweight, float *dbias, const 
     }
 }
 
+// ---- RMSNorm (rmsnorm.c's order: one block per row for the row sums) ----
+
+// One block per row n (blockDim.x >= kLanes): rstd[n] = 1 / sqrt(mean(x^2) + eps), the squares summed
+// in double over 16 lanes added in order; out (N, C) = x * rstd * weight, or out_b16 (N, C) when not NULL.
+__global__ void k_rmsnorm_forward(float *out, uint16_t *out_b16, float *rstd, const float *inp, const float *weight,
+                                  int C, float eps) {
+    __shared__ double lane[kLanes];
+    __shared__ float row_rstd;
+    const size_t n = blockIdx.x, at = n * (size_t)C;
+    const float *x = inp + at;  // (C,)
+    const int j = (int)threadIdx.x;
+    if (j < kLanes) {
+        double s = 0.0;
+        for (int c = j; c < C; c += kLanes) s = __dadd_rn(s, __dmul_rn((double)x[c], (double)x[c]));
+        lane[j] = s;
+    }
+    __syncthreads();
+    if (j == 0) {
+        double sum = 0.0;
+        for (int k = 0; k < kLanes; k++) sum = __dadd_rn(sum, lane[k]);
+        row_rstd = (float)(1.0 / sqrt(__dadd_rn(sum / C, (double)eps)));
+        rstd[n] = row_rstd;
+    }
+    __syncthreads();
+    const float s = row_rstd;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float y = __fmul_rn(__fmul_rn(x[c], s), weight[c]);
+        if (out_b16) out_b16[at + (size_t)c] = cu_f32_to_bf16(y);
+        else out[at + (size_t)c] = y;
+    }
+}
+
+// One block per row n: dinp (N, C) = s * (dnorm - xhat * mean(dnorm * xhat)) (+ dres (N, C) when not
+// NULL), xhat = x * s, dnorm = weight * dout, the mean summed in float over 16 lanes. Every thread reads
+// the row before any writes dinp (the barrier), so dinp may be dout.
+__global__ void k_rmsnorm_backward_dinp(float *dinp, const float *dout, const float *dres, const float *inp,
+                                        const float *weight, const float *rstd, int C) {
+    __shared__ float lane[kLanes];
+    __shared__ float row_mean;
+    const size_t n = blockIdx.x, at = n * (size_t)C;
+    const float *x = inp + at, *dy = dout + at;  // (C,) each
+    const float s = rstd[n];
+    const int j = (int)threadIdx.x;
+    if (j < kLanes) {
+        float l = 0.0f;
+        for (int c = j; c < C; c += kLanes) l = __fadd_rn(l, __fmul_rn(__fmul_rn(weight[c], dy[c]), __fmul_rn(x[c], s)));
+        lane[j] = l;
+    }
+    __syncthreads();
+    if (j == 0) {
+        float m = 0.0f;
+        for (int k = 0; k < kLanes; k++) m = __fadd_rn(m, lane[k]);
+        row_mean = __fdiv_rn(m, (float)C);
+    }
+    __syncthreads();
+    const float m = row_mean;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float xhat = __fmul_rn(x[c], s), dnorm = __fmul_rn(weight[c], dy[c]);
+        float dx = __fmul_rn(s, __fsub_rn(dnorm, __fmul_rn(xhat, m)));
+        if (dres) dx = __fadd_rn(dx, dres[at + (size_t)c]);
+        dinp[at + (size_t)c] = dx;
+    }
+}
+
+// The weight gradient in rmsnorm.c's order: partial (nblocks, C) = each block of rows_per_block rows'
+// column sums of x * rstd * dout in row order from 0 (one thread per block and column)
+__global__ void k_rmsnorm_backward_partials(float *partial, const float *dout, const float *inp, const float *rstd,
+                                            int N, int C, int rows_per_block, int nblocks) {
+    GRID_STRIDE(k, (size_t)nblocks * (size_t)C) {
+        int b = (int)(k / (size_t)C), c = (int)(k % (size_t)C);
+        int r0 = b * rows_per_block, r1 = r0 + rows_per_block < N ? r0 + rows_per_block : N;
+        float pw = 0.0f;
+        for (int r = r0; r < r1; r++) {
+            size_t i = (size_t)r * C + c;
+            pw = __fadd_rn(pw, __fmul_rn(__fmul_rn(inp[i], rstd[r]), dout[i]));
+        }
+        partial[k] = pw;
+    }
+}
+
+// dweight (C,) += the block sums of partial (nblocks, C) added in block order from 0, one thread per column
+__global__ void k_rmsnorm_backward_weight(float *dweight, const float *partial, int nblocks, int C) {
+    GRID_STRIDE(c, (size_t)C) {
+        float sw = 0.0f;
+        for (int b = 0; b < nblocks; b++) sw = __fadd_rn(sw, partial[(size_t)b * C + c]);
+        dweight[c] = __fadd_rn(dweight[c], sw);
+    }
+}
+
 // ---- table entries ----
 
 void t_layernorm_forward(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd,
@@ -366,6 +455,34 @@ void t_layernorm_backward(fsdp_stream *st, float *dinp, float *dweight, float *d
     k_layernorm_backward_dinp<<<(unsigned)N, kRowThreads, 0, cu_stream(st)>>>(dinp, dout, dres, inp, weight, mean,
                                                                              rstd, C);
     CU_LAUNCHED(st, "layernorm_backward");
+}
+
+void t_rmsnorm_forward(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *rstd, const float *inp,
+                       const float *weight, int N, int C, float eps) {
+    if (N <= 0) return;
+    k_rmsnorm_forward<<<(unsigned)N, kRowThreads, 0, cu_stream(st)>>>(out, out_b16, rstd, inp, weight, C, eps);
+    CU_LAUNCHED(st, "rmsnorm_forward");
+}
+
+void t_rmsnorm_backward(fsdp_stream *st, float *dinp, float *dweight, const float *dout, const float *dres,
+                        const float *inp, const float *weight, const float *rstd, int N, int C) {
+    if (N <= 0 || C <= 0) return;
+    if (dweight) {  // first: it reads dout, which dinp may overwrite
+        int rows_per_block = (N + kLnMaxBlocks - 1) / kLnMaxBlocks;  // rmsnorm.c's blocks (layernorm.c's sizes)
+        rows_per_block = rows_per_block > kLnBlockRows ? rows_per_block : kLnBlockRows;
+        int nblocks = (N + rows_per_block - 1) / rows_per_block;
+        size_t nparts = (size_t)nblocks * (size_t)C;
+        float *partial = (float *)fsdp_cuda_scratch(st, sizeof(float) * nparts);  // (nblocks, C)
+        if (!partial) return;  // the failure is noted on st
+        k_rmsnorm_backward_partials<<<cu_blocks(nparts, kThreads), kThreads, 0, cu_stream(st)>>>(
+            partial, dout, inp, rstd, N, C, rows_per_block, nblocks);
+        CU_LAUNCHED(st, "rmsnorm_backward (weight block sums)");
+        k_rmsnorm_backward_weight<<<cu_blocks((size_t)C, kThreads), kThreads, 0, cu_stream(st)>>>(dweight, partial,
+                                                                                                nblocks, C);
+        CU_LAUNCHED(st, "rmsnorm_backward (weight)");
+    }
+    k_rmsnorm_backward_dinp<<<(unsigned)N, kRowThreads, 0, cu_stream(st)>>>(dinp, dout, dres, inp, weight, rstd, C);
+    CU_LAUNCHED(st, "rmsnorm_backward");
 }
 
 void t_relu_forward(fsdp_stream *st, float *out, const float *inp, size_t n) {
@@ -517,6 +634,8 @@ extern "C" void fsdp_cuda_fill_pointwise(struct fsdp_kernels *t, int bf16) {
     t->layernorm_forward = t_layernorm_forward;
     t->residual_layernorm_forward = t_residual_layernorm_forward;
     t->layernorm_backward = t_layernorm_backward;
+    t->rmsnorm_forward = t_rmsnorm_forward;
+    t->rmsnorm_backward = t_rmsnorm_backward;
     t->relu_forward = t_relu_forward;
     t->relu_backward = t_relu_backward;
     t->gelu_forward = t_gelu_forward;
