@@ -14,6 +14,7 @@
 #
 # The known lists hold what today's tree still does wrong, each with its reason; the script prints
 # them ("known: ...") so they stay in sight, and notes an entry that no longer occurs, to be removed.
+# A file of src/ outside every layer of the table is a finding too: a new folder needs its layer.
 set -uo pipefail
 
 # Layers, top to bottom: a file may include its own layer and the layers below it. Each line: a name
@@ -115,6 +116,8 @@ for d, _, files in os.walk(os.path.join(root, 'src')):
 n_includes = 0
 for src in sorted(sources):
     rel = os.path.relpath(src, root)
+    if not layer_of(rel):
+        report(None, '%s: in no layer of LAYERS (a new folder? give it its layer)' % rel)
     with open(src, encoding='utf-8', errors='replace') as f:
         for lineno, text in enumerate(f, 1):
             m = include_re.match(text)
