@@ -436,15 +436,3 @@ double fsdp_exposed_comm_seconds(const fsdp_state *s) {
     if (s->replica_comm) t += fsdp_comm_get_stats(s->replica_comm).seconds;
     return t;
 }
-
-int64_t fsdp_local_grad_numel(const fsdp_state *s) {
-    int64_t n = 0;
-    for (int i = 0; i < s->n_units; i++) n += s->units[i].grad_shard;
-    return n;
-}
-
-int64_t fsdp_local_numel(const fsdp_state *s) {
-    int64_t n = 0;
-    for (int i = 0; i < s->n_units; i++) n += s->units[i].shard_numel;
-    return n;
-}

@@ -17,13 +17,6 @@ void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char 
     l->lora = NULL;  // nn_gpt2_add_lora attaches one
 }
 
-void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
-                   const nn_param *P, int ldb, float beta, float *C, int ldc) {
-    const fsdp_kernels *k = ctx->k;
-    if (P->data_b16) k->gemm_b16(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data_b16, ldb, beta, C, ldc);
-    else k->gemm(ctx->stream, trans_a, trans_b, M, N, K, 1.0f, A, lda, P->data, ldb, beta, C, ldc);
-}
-
 // nn_gemm_param with A given as a layer input (fp32 or bf16)
 static void gemm_input_param(const nn_ctx *ctx, int trans_b, int M, int N, int K, nn_input A, int lda,
                              const nn_param *P, int ldb, float beta, float *C, int ldc) {

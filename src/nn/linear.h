@@ -1,5 +1,6 @@
 // linear.h: torch.nn.Linear (weight (out, in)) and Hugging Face's Conv1D (weight (in, out)).
 #pragma once
+#include "nn/gemm_param.h"  // nn_gemm_param, declared here before it had its own file
 #include "nn/lora.h"
 #include "nn/nn_ctx.h"
 #include "nn/param.h"
@@ -32,10 +33,6 @@ typedef struct {
 // (U(+-1/sqrt(in)) for both) unless the caller overrides p->init afterwards.
 void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char *wname,
                     const char *bname, int in, int out, int conv1d);
-// C (M, N) = op(A) @ op(P) + beta * C with the parameter P as the B operand, through the table's
-// gemm (P bound in fp32) or gemm_b16 (P bound in bf16 by mixed precision). Buffers: device memory.
-void nn_gemm_param(const nn_ctx *ctx, int trans_a, int trans_b, int M, int N, int K, const float *A, int lda,
-                   const nn_param *P, int ldb, float beta, float *C, int ldc);
 // out: (N, out) = inp (N, in) @ W^T + b (+ the adapter's term)
 fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out, const float *inp, int N);
 // The same from an input in either storage: a bf16 one goes through the table's gemm_a16 entries (a

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "nn/linear.h"
+#include "nn/gemm_param.h"
 
 void nn_lora_init(nn_lora *a, nn_params *ps, const char *prefix, int in, int out, int r, float alpha, float dropout,
                   int module_index, int site) {
