@@ -32,3 +32,26 @@ fsdp_status fsdp_dev_all_reduce_double(fsdp_stream *s, fsdp_comm *c, double *hos
     FSDP_CHECK(s->dev->iface->stream_status(s));  // a failure noted on s comes first
     return fsdp_all_reduce_double(c, host_value);
 }
+
+static int zero_copy_shared(const fsdp_dev *d) {
+    fsdp_dev_caps caps;
+    fsdp_dev_capabilities(d, &caps);
+    return caps.zero_copy_shared;
+}
+
+void *fsdp_dev_alloc_shared(fsdp_dev *d, fsdp_comm *c, size_t bytes) {
+    return zero_copy_shared(d) ? fsdp_comm_alloc_shared(c, bytes) : NULL;
+}
+
+void fsdp_dev_free_shared(fsdp_dev *d, fsdp_comm *c, void *p) {
+    (void)d;
+    if (p) fsdp_comm_free_shared(c, p);
+}
+
+const void *fsdp_dev_shared_at(const fsdp_dev *d, const fsdp_comm *c, const void *p, int q) {
+    return zero_copy_shared(d) ? fsdp_comm_shared_at(c, p, q) : NULL;
+}
+
+const void *fsdp_dev_shared_concat(const fsdp_dev *d, const fsdp_comm *c, const void *p, size_t bytes) {
+    return zero_copy_shared(d) ? fsdp_comm_shared_concat(c, p, bytes) : NULL;
+}

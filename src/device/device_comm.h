@@ -38,3 +38,15 @@ fsdp_status fsdp_dev_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t 
 fsdp_status fsdp_dev_broadcast(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root);
 // host_value: one host double (a loss or norm already read back), summed over c's ranks
 fsdp_status fsdp_dev_all_reduce_double(fsdp_stream *s, fsdp_comm *c, double *host_value);
+
+// Shared-memory windows, for devices whose capabilities say zero_copy_shared (the engine's zero-copy
+// shards and gradient staging): memory every rank of c on this host reads in place
+// (fsdp_comm_alloc_shared), zero-filled; NULL where the device or the group has none (the caller then
+// uses fsdp_dev_alloc). Both calls are collective; free takes NULL.
+void *fsdp_dev_alloc_shared(fsdp_dev *d, fsdp_comm *c, size_t bytes);
+void fsdp_dev_free_shared(fsdp_dev *d, fsdp_comm *c, void *p);
+// Addresses in those windows, for kernels to read: where rank q holds what p addresses
+// (fsdp_comm_shared_at), and where the ranks' pieces [p, p + bytes) lie one after another
+// (fsdp_comm_shared_concat); NULL where they do not (or p is not in a window of this device).
+const void *fsdp_dev_shared_at(const fsdp_dev *d, const fsdp_comm *c, const void *p, int q);
+const void *fsdp_dev_shared_concat(const fsdp_dev *d, const fsdp_comm *c, const void *p, size_t bytes);

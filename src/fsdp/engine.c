@@ -45,7 +45,7 @@ static const unsigned char *segment_in_place(const fsdp_state *s, const fsdp_uni
     size_t es;
     const unsigned char *mine = gathered_shard(s, u, &es);
     unit_segment sg = segment_of(u, g);
-    return fsdp_comm_shared_concat(s->shard_comm, mine + (size_t)sg.local * es, es * (size_t)sg.per);
+    return fsdp_dev_shared_concat(s->dev, s->shard_comm, mine + (size_t)sg.local * es, es * (size_t)sg.per);
 }
 
 // Parameter i of u read in place (in the gathered dtype): in the concatenated shards
@@ -62,7 +62,7 @@ static void *param_in_place(const fsdp_state *s, const fsdp_unit *u, int i, void
     int64_t q = (u->offsets[i] - sg.flat) / sg.per;  // the rank holding its first element
     fsdp_piece pc = p->numel > 0 ? fsdp_piece_of_rank(u, i, q) : (fsdp_piece){0, 0, 0};
     if (p->numel == 0 || pc.count != p->numel) return (unsigned char *)full + (size_t)u->offsets[i] * es;
-    const unsigned char *shard = q == u->shard_rank ? mine : fsdp_comm_shared_at(s->shard_comm, mine, (int)q);
+    const unsigned char *shard = q == u->shard_rank ? mine : fsdp_dev_shared_at(s->dev, s->shard_comm, mine, (int)q);
     FSDP_ASSERT(shard != NULL);
     return (void *)(shard + (size_t)pc.shard_pos * es);
 }

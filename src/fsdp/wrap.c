@@ -121,13 +121,6 @@ fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) {
     return FSDP_OK;
 }
 
-// Shards may live in MPI shared-memory windows on d (the engine's zero-copy gathers and reduce-scatters)
-static int zero_copy_shared(const fsdp_dev *d) {
-    fsdp_dev_caps caps;
-    fsdp_dev_capabilities(d, &caps);
-    return caps.zero_copy_shared;
-}
-
 // Lays out one unit over the given parameters (trainable ones first, then the frozen ones: two
 // segments, each padded and sharded on its own) and allocates this rank's shard.
 static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, int n) {
@@ -172,9 +165,8 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
         fsdp_mem_track(FSDP_MEM_GRADS, grad_bytes, +1);
         return u->shard && (u->shard_grad || !grad_bytes) ? FSDP_OK : FSDP_ERR_IO;
     }
-    // zero-copy all-gathers from shared memory: only where device memory is host memory
-    int shared = !s->replicated && zero_copy_shared(s->dev);
-    u->shard = shared ? fsdp_comm_alloc_shared(s->shard_comm, shard_bytes) : NULL;
+    // zero-copy all-gathers from shared memory: only where the device can (its zero_copy_shared)
+    u->shard = !s->replicated ? fsdp_dev_alloc_shared(s->dev, s->shard_comm, shard_bytes) : NULL;
     if (u->shard) {  // peers read it in place when gathering
         u->storage = SHARD_SHARED;
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, +1);
@@ -186,7 +178,7 @@ static fsdp_status build_unit(fsdp_state *s, fsdp_unit *u, nn_param **params, in
     u->lp_pass = -1;  // not rounded yet
     if (u->storage == SHARD_SHARED && s->cfg.param_dtype == FSDP_BF16) {  // the bf16 send buffer, shared too
         size_t lp_bytes = sizeof(uint16_t) * (size_t)u->shard_numel;
-        u->shard_lp = fsdp_comm_alloc_shared(s->shard_comm, lp_bytes);
+        u->shard_lp = fsdp_dev_alloc_shared(s->dev, s->shard_comm, lp_bytes);
         if (!u->shard_lp) return fsdp_error(FSDP_ERR_NOMEM, "out of shared memory for unit %s", u->name);
         fsdp_mem_track(FSDP_MEM_COMM, lp_bytes, +1);
     }
@@ -209,10 +201,10 @@ static void unit_free(fsdp_state *s, fsdp_unit *u) {
     case SHARD_SHARED:
         if (u->shard_lp) {
             fsdp_mem_track(FSDP_MEM_COMM, sizeof(uint16_t) * (size_t)u->shard_numel, -1);
-            fsdp_comm_free_shared(s->shard_comm, u->shard_lp);
+            fsdp_dev_free_shared(s->dev, s->shard_comm, u->shard_lp);
         }
         fsdp_mem_track(FSDP_MEM_PARAMS, shard_bytes, -1);
-        fsdp_comm_free_shared(s->shard_comm, u->shard);
+        fsdp_dev_free_shared(s->dev, s->shard_comm, u->shard);
         fsdp_dev_free(s->dev, u->shard_grad);
         break;
     case SHARD_DEVICE:
@@ -342,16 +334,17 @@ static fsdp_status build_state(fsdp_state *s, fsdp_model_desc model, fsdp_config
             if (!s->root_pool) return FSDP_ERR_NOMEM;
         }
     }
-    if (!s->replicated && max_block_grad > 0 && zero_copy_shared(s->dev) && !cfg.deterministic) {
-        // two alternating shared buffers for block units' gradients (zero-copy reduce-scatter)
+    if (!s->replicated && max_block_grad > 0 && !cfg.deterministic) {
+        // two alternating shared buffers for block units' gradients (zero-copy reduce-scatter), where the
+        // device can (NULL otherwise)
         size_t bytes = sizeof(float) * (size_t)max_block_grad;
-        s->staging[0] = fsdp_comm_alloc_shared(s->shard_comm, bytes);
-        s->staging[1] = s->staging[0] ? fsdp_comm_alloc_shared(s->shard_comm, bytes) : NULL;
+        s->staging[0] = fsdp_dev_alloc_shared(s->dev, s->shard_comm, bytes);
+        s->staging[1] = s->staging[0] ? fsdp_dev_alloc_shared(s->dev, s->shard_comm, bytes) : NULL;
         if (s->staging[1]) {
             s->staging_numel = max_block_grad;
             fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * bytes, +1);
         } else if (s->staging[0]) {
-            fsdp_comm_free_shared(s->shard_comm, s->staging[0]);
+            fsdp_dev_free_shared(s->dev, s->shard_comm, s->staging[0]);
             s->staging[0] = NULL;
         }
     }
@@ -393,8 +386,8 @@ void fsdp_free_state(fsdp_state *s) {
     }
     if (s->staging[0]) {
         fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * sizeof(float) * (size_t)s->staging_numel, -1);
-        fsdp_comm_free_shared(s->shard_comm, s->staging[1]);
-        fsdp_comm_free_shared(s->shard_comm, s->staging[0]);
+        fsdp_dev_free_shared(s->dev, s->shard_comm, s->staging[1]);
+        fsdp_dev_free_shared(s->dev, s->shard_comm, s->staging[0]);
     }
     if (s->dev) {
         fsdp_dev_free(s->dev, s->reduce_buf);
