@@ -72,6 +72,8 @@ int fsdp_dev_host_addressable(const fsdp_dev *d);  // fsdp_dev_capabilities' hos
 // What a device can do, for the code above the layer.
 typedef struct {
     int host_addressable;    // device memory is the process's own memory (the cpu device)
+    int host_memory;         // device memory is the host's RAM (cpu, guard): the host's memory bounds it,
+                             // and offloading to the host (CPUOffload) has nothing to move
     int zero_copy_shared;    // shards may live in MPI shared-memory windows and be gathered in place
                              // (fsdp_dev_all_gather_shared; the engine's zero-copy path)
     int runs_at_call;        // copies, memsets and kernels have run when their call returns (host devices)

@@ -18,6 +18,7 @@ static void cpu_close(fsdp_dev *d) { (void)d; }  // memory still allocated stays
 void cpu_backend_capabilities(const fsdp_dev *d, fsdp_dev_caps *out) {
     (void)d;
     out->host_addressable = 1;
+    out->host_memory = 1;
     out->zero_copy_shared = 1;
     out->runs_at_call = 1;
     out->gemm_f32 = cpu_gemm_name();
