@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "comm/comm_impl.h"  // fsdp_comm_mpi_calls
+#include "comm/comm_mpi.h"  // fsdp_comm_mpi_calls
 #include "test.h"
 
 static float input(int rank, size_t i) { return (float)((rank + 1) * 0.5 + (double)(i % 1000) * 0.001); }
