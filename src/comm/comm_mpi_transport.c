@@ -96,6 +96,13 @@ static mpi_op *new_op(void) {
     return m;
 }
 
+// AVG: out (count,) floats, MPI's sum, become the mean when m completes
+static void average_on_completion(mpi_op *m, const fsdp_comm *c, void *out, size_t count) {
+    m->scale_buf = out;
+    m->scale_count = count;
+    m->scale = 1.0f / (float)c->size;
+}
+
 // *op_out = m once MPI took the call, else m is freed
 static fsdp_status started(fsdp_status s, mpi_op *m, void **op_out) {
     if (s != FSDP_OK) {
@@ -122,11 +129,7 @@ static fsdp_status mpi_ireduce_scatter(fsdp_comm *c, void *ctx, const void *send
     *op_out = NULL;
     mpi_op *m = new_op();
     if (!m) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    if (op == FSDP_AVG) {
-        m->scale_buf = recv;
-        m->scale_count = count;
-        m->scale = 1.0f / (float)c->size;
-    }
+    if (op == FSDP_AVG) average_on_completion(m, c, recv, count);
     return started(comm_mpi_ireduce_scatter(send, recv, count, MPI_FLOAT, MPI_SUM, c->mpi, &m->req), m, op_out);
 }
 
@@ -136,11 +139,7 @@ static fsdp_status mpi_iall_reduce(fsdp_comm *c, void *ctx, void *buf, size_t co
     *op_out = NULL;
     mpi_op *m = new_op();
     if (!m) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    if (op == FSDP_AVG) {
-        m->scale_buf = buf;
-        m->scale_count = count;
-        m->scale = 1.0f / (float)c->size;
-    }
+    if (op == FSDP_AVG) average_on_completion(m, c, buf, count);
     return started(comm_mpi_iallreduce(buf, count, MPI_FLOAT, MPI_SUM, c->mpi, &m->req), m, op_out);
 }
 

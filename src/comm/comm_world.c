@@ -66,7 +66,8 @@ fsdp_status fsdp_comm_world(fsdp_comm **world, int *argc, char ***argv) {
     return adopt(c, dup, world);
 }
 
-fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **out) {
+// A group of parent's ranks: those on this host (by_host), or those of equal color ordered by key
+static fsdp_status split(fsdp_comm *parent, int by_host, int color, int key, fsdp_comm **out) {
     *out = NULL;
     fsdp_comm *c = comm_new(parent->backend);
     if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
@@ -76,7 +77,8 @@ fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **o
         return FSDP_OK;
     }
     MPI_Comm m;
-    fsdp_status s = comm_mpi_check(MPI_Comm_split(parent->mpi, color, key, &m), "MPI_Comm_split");
+    int rc = by_host ? comm_host_split(parent->mpi, parent->rank, &m) : MPI_Comm_split(parent->mpi, color, key, &m);
+    fsdp_status s = comm_mpi_check(rc, by_host ? "MPI_Comm_split_type" : "MPI_Comm_split");
     if (s != FSDP_OK) {
         free(c);
         return s;
@@ -84,24 +86,11 @@ fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **o
     return adopt(c, m, out);
 }
 
-fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out) {
-    *out = NULL;
-    fsdp_comm *c = comm_new(parent->backend);
-    if (!c) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
-    if (parent->backend == COMM_LOCAL) {
-        c->size = 1;
-        *out = c;
-        return FSDP_OK;
-    }
-    MPI_Comm m;
-    int rc = comm_host_split(parent->mpi, parent->rank, &m);
-    fsdp_status s = comm_mpi_check(rc, "MPI_Comm_split_type");
-    if (s != FSDP_OK) {
-        free(c);
-        return s;
-    }
-    return adopt(c, m, out);
+fsdp_status fsdp_comm_split(fsdp_comm *parent, int color, int key, fsdp_comm **out) {
+    return split(parent, 0, color, key, out);
 }
+
+fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out) { return split(parent, 1, 0, 0, out); }
 
 void fsdp_comm_free(fsdp_comm *c) {
     if (!c) return;
