@@ -1,6 +1,8 @@
 // comm.h: process groups and collectives. Backends: `local` (one process, no MPI) and `mpi`
 // (Open MPI or MPICH; ranks on one node reduce-scatter and all-gather through an MPI shared-memory
-// window, others use MPI's collectives). NCCL slots in later behind the same calls.
+// window, others use MPI's collectives). Underneath, each collective runs through one transport
+// (comm_transport.h: shared memory, point to point, hierarchical, MPI), chosen in comm_path.c; a device
+// backend plugs its own in (NCCL on CUDA buffers: fsdp_comm_set_device_transport below).
 //
 // Semantics follow NCCL's (counts are per rank):
 //   all_gather(send, recv, count):      recv (size*count) = concat of every rank's send (count);
@@ -123,6 +125,16 @@ const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsd
 // (a group laid out host by host with several ranks per host, FSDP_COMM_ALGO auto or hier: across hosts
 // first, then within each host)
 const char *fsdp_comm_gather_path(const fsdp_comm *c, size_t count, fsdp_dtype dt);
+
+// The slot for a device backend's transport (NCCL on CUDA buffers, say): installs t (an interface of
+// comm_transport.h, with its context ctx) on c, called from above (the device layer) after c is made and
+// before its collectives on device buffers; t = NULL removes it. From then on a collective on c whose
+// send buffer t accepts (t->accepts, or every buffer where it is NULL), of a kind t implements, runs
+// through t; everything else keeps the host transports. Every rank of c must install the same.
+// t and ctx must outlive c's use of them (c does not free them). FSDP_ERR_INVALID_ARG when t has no name,
+// a nonblocking form without its blocking one, or a nonblocking form without test, wait and release.
+struct fsdp_comm_transport;
+fsdp_status fsdp_comm_set_device_transport(fsdp_comm *c, const struct fsdp_comm_transport *t, void *ctx);
 
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {

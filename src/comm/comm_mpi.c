@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_mpi.h"
 #include "core/alloc.h"
 #include "core/tunables.h"
 
@@ -51,6 +51,14 @@ size_t fsdp_comm_mpi_calls(void) { return atomic_load_explicit(&mpi_calls, memor
 static void counted(void) { atomic_fetch_add_explicit(&mpi_calls, 1, memory_order_relaxed); }
 
 void fsdp_comm_mpi_count_call(void) { counted(); }
+
+fsdp_status comm_mpi_check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return FSDP_OK;
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return fsdp_error(FSDP_ERR_COMM, "%s failed: %s", what, msg);
+}
 
 static size_t min_size(size_t a, size_t b) { return a < b ? a : b; }
 

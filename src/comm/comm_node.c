@@ -6,7 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_group.h"
+#include "comm/comm_host.h"
+#include "comm/comm_mpi.h"
 #include "core/tunables.h"
 
 int fsdp_launcher_local_ranks(int *bound) {

@@ -15,7 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_p2p.h"
+
+#include "comm/comm_mpi.h"
+#include "comm/comm_sum.h"
 #include "core/alloc.h"
 #include "core/tunables.h"
 
@@ -43,60 +46,11 @@ struct comm_p2p {
     int nreq[P2P_DEPTH];
 };
 
-// ---- algorithm choice (FSDP_COMM_ALGO, read once)
-
-static int algo_env = COMM_ALGO_AUTO;
-static pthread_once_t algo_once = PTHREAD_ONCE_INIT;
-
-static void read_algo(void) {
-    const char *v = fsdp_tunable(FSDP_ENV_COMM_ALGO);
-    if (!v || !*v || strcmp(v, "auto") == 0) algo_env = COMM_ALGO_AUTO;
-    else if (strcmp(v, "mpi") == 0) algo_env = COMM_ALGO_MPI;
-    else if (strcmp(v, "p2p") == 0) algo_env = COMM_ALGO_P2P;
-    else if (strcmp(v, "hier") == 0) algo_env = COMM_ALGO_HIER;
-}
-
-int comm_algo(void) {
-    pthread_once(&algo_once, read_algo);
-    return algo_env;
-}
-
-const char *fsdp_comm_algo_setting(void) {
-    static const char *names[] = {"auto", "mpi", "p2p", "hier"};
-    return names[comm_algo()];
-}
-
-int comm_use_hier(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
-    (void)count, (void)dt;
-    int a = comm_algo();
-    return c->backend == COMM_MPI && c->hier_intra && (a == COMM_ALGO_AUTO || a == COMM_ALGO_HIER);
-}
-
-int comm_use_p2p(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
-    (void)count;
-    if (c->backend != COMM_MPI || c->shm || c->size == 1) return 0;
-    int a = comm_algo();
-    if (a == COMM_ALGO_HIER) return !all_reduce || dt == FSDP_BF16;  // as auto, where no hierarchy applies
-    if (a != COMM_ALGO_AUTO) return a == COMM_ALGO_P2P;
-    // auto, as measured across hosts (docs/bench.md, "Collectives across hosts"): reduce-scatters point to
-    // point at every size (MPI_Reduce_scatter_block ran at 0.1-0.6x of all-gather's bandwidth, these at
-    // 0.5-1x); fp32 all-reduces through MPI_Allreduce (as fast or faster than reduce-scatter + all-gather
-    // here); bf16 all-reduces point to point (MPI's path sends the whole buffer to every peer)
-    return !all_reduce || dt == FSDP_BF16;
-}
-
-const char *fsdp_comm_gather_path(const fsdp_comm *c, size_t count, fsdp_dtype dt) {
-    if (c->backend != COMM_MPI || c->size == 1) return "local";
-    if (c->shm) return "shm";
-    return comm_use_hier_gather(c, count, dt) ? "hier" : "mpi";
-}
-
-const char *fsdp_comm_path(const fsdp_comm *c, int all_reduce, size_t count, fsdp_dtype dt) {
-    if (c->backend != COMM_MPI || c->size == 1) return "local";
-    if (c->shm) return "shm";
-    if (!all_reduce && comm_use_hier(c, count, dt)) return "hier";
-    return comm_use_p2p(c, all_reduce, count, dt) ? "p2p" : "mpi";
-}
+struct comm_p2p_group {
+    int64_t seq;             // point-to-point reductions started on this group (their message tags)
+    unsigned char *spare;    // (spare_bytes,) the scratch of the last finished reduction, kept for the
+    size_t spare_bytes;      // next one (no allocation and first touch per collective)
+};
 
 // Bytes per message: P2P_CHUNK_BYTES, or FSDP_COMM_P2P_CHUNK_BYTES (read once, 4 KiB..1 GiB; for tuning:
 // every rank must use the same)
@@ -251,10 +205,17 @@ static fsdp_status progress(comm_p2p *p, int blocking, int *done) {
     return FSDP_OK;
 }
 
+static void release_spare(comm_p2p_group *g) {
+    fsdp_free(g->spare);
+    g->spare = NULL;
+    g->spare_bytes = 0;
+}
+
 fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
                            float scale, comm_p2p **out_p) {
     *out_p = NULL;
-    comm_p2p *p = calloc(1, sizeof *p);
+    if (!c->p2p) c->p2p = calloc(1, sizeof *c->p2p);
+    comm_p2p *p = c->p2p ? calloc(1, sizeof *p) : NULL;
     if (!p) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     p->c = c;
     p->dt = dt;
@@ -271,17 +232,18 @@ fsdp_status comm_p2p_start(fsdp_comm *c, int all_reduce, const void *send, void 
     if (p->chunk < 1) p->chunk = 1;
     size_t longest = block_len(p, 0);  // block 0 is never shorter than the others
     p->rounds = (longest + p->chunk - 1) / p->chunk;
-    p->tag = (int)((c->p2p_seq++ & 0x3fff) * 2);  // per collective: several may be in flight on one group
+    p->tag = (int)((c->p2p->seq++ & 0x3fff) * 2);  // per collective: several may be in flight on one group
     size_t peers = (size_t)(c->size - 1), per_slot = longest < p->chunk ? longest : p->chunk;
     p->chunk = p->rounds > 1 ? p->chunk : (per_slot ? per_slot : 1);  // one round: scratch of just the block
     size_t need = P2P_DEPTH * peers * p->chunk * p->esize;
     p->scratch_bytes = need;
-    if (c->p2p_spare && c->p2p_spare_bytes >= need) {  // the last reduction's scratch is large enough
-        p->scratch = c->p2p_spare;
-        p->scratch_bytes = c->p2p_spare_bytes;
-        c->p2p_spare = NULL;
+    comm_p2p_group *g = c->p2p;
+    if (g->spare && g->spare_bytes >= need) {  // the last reduction's scratch is large enough
+        p->scratch = g->spare;
+        p->scratch_bytes = g->spare_bytes;
+        g->spare = NULL;
     } else {
-        comm_p2p_release_spare(c);
+        release_spare(g);
         p->scratch = fsdp_alloc(need, FSDP_MEM_COMM);
     }
     p->reqs = malloc(sizeof(MPI_Request) * P2P_DEPTH * 2 * peers);
@@ -316,9 +278,10 @@ void comm_p2p_free(comm_p2p *p) {
                 (void)MPI_Request_free(&p->reqs[i]);
             }
     }
-    if (!p->c->p2p_spare && p->scratch) {  // kept for the next reduction on this group
-        p->c->p2p_spare = p->scratch;
-        p->c->p2p_spare_bytes = p->scratch_bytes;
+    comm_p2p_group *g = p->c->p2p;
+    if (!g->spare && p->scratch) {  // kept for the next reduction on this group
+        g->spare = p->scratch;
+        g->spare_bytes = p->scratch_bytes;
     } else {
         fsdp_free(p->scratch);
     }
@@ -326,10 +289,11 @@ void comm_p2p_free(comm_p2p *p) {
     free(p);
 }
 
-void comm_p2p_release_spare(fsdp_comm *c) {
-    fsdp_free(c->p2p_spare);
-    c->p2p_spare = NULL;
-    c->p2p_spare_bytes = 0;
+void comm_p2p_release_group(fsdp_comm *c) {
+    if (!c->p2p) return;
+    release_spare(c->p2p);
+    free(c->p2p);
+    c->p2p = NULL;
 }
 
 fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *out, size_t count, fsdp_dtype dt,
@@ -340,3 +304,50 @@ fsdp_status comm_p2p_run(fsdp_comm *c, int all_reduce, const void *send, void *o
     comm_p2p_free(p);
     return s;
 }
+
+// ---- the transport (comm_transport.h): reduce-scatters and all-reduces, in flight for any count and dtype
+
+static float average_scale(const fsdp_comm *c, fsdp_reduce_op op) { return op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f; }
+
+static fsdp_status p2p_reduce_scatter(fsdp_comm *c, void *ctx, const void *send, void *recv, size_t count,
+                                      fsdp_dtype dt, fsdp_reduce_op op) {
+    (void)ctx;
+    return comm_p2p_run(c, 0, send, recv, count, dt, average_scale(c, op));
+}
+
+static fsdp_status p2p_all_reduce(fsdp_comm *c, void *ctx, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
+    (void)ctx;
+    return comm_p2p_run(c, 1, buf, buf, count, dt, average_scale(c, op));
+}
+
+static fsdp_status p2p_ireduce_scatter(fsdp_comm *c, void *ctx, const void *send, void *recv, size_t count,
+                                       fsdp_dtype dt, fsdp_reduce_op op, void **op_out) {
+    (void)ctx;
+    return comm_p2p_start(c, 0, send, recv, count, dt, average_scale(c, op), (comm_p2p **)op_out);
+}
+
+static fsdp_status p2p_iall_reduce(fsdp_comm *c, void *ctx, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
+                                   void **op_out) {
+    (void)ctx;
+    return comm_p2p_start(c, 1, buf, buf, count, dt, average_scale(c, op), (comm_p2p **)op_out);
+}
+
+static fsdp_status p2p_test(void *op, int *done) { return comm_p2p_test(op, done); }
+static fsdp_status p2p_wait(void *op) { return comm_p2p_wait(op); }
+static void p2p_release(void *op) { comm_p2p_free(op); }
+
+static size_t p2p_bytes_sent(const fsdp_comm *c, fsdp_coll_kind kind, size_t count, fsdp_dtype dt) {
+    return fsdp_comm_flat_bytes(c->size, kind, count, dt);
+}
+
+const fsdp_comm_transport comm_p2p_transport = {
+    .name = "p2p",
+    .reduce_scatter = p2p_reduce_scatter,
+    .all_reduce = p2p_all_reduce,
+    .ireduce_scatter = p2p_ireduce_scatter,
+    .iall_reduce = p2p_iall_reduce,
+    .test = p2p_test,
+    .wait = p2p_wait,
+    .release = p2p_release,
+    .bytes_sent = p2p_bytes_sent,
+};

@@ -10,33 +10,60 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm/comm_impl.h"
+#include "comm/comm_shm.h"
+
+#include "comm/comm_group.h"
+#include "comm/comm_host.h"
+#include "comm/comm_mpi.h"
+#include "comm/comm_sum.h"
 #include "core/alloc.h"
 #include "core/threads.h"
 #include "core/timer.h"
 #include "core/tunables.h"
 
+typedef struct shm_barrier shm_barrier;
+
+// A buffer from fsdp_comm_alloc_shared: one MPI shared-memory window, a piece per rank
+typedef struct shm_region {
+    MPI_Win win;
+    size_t bytes;
+    unsigned char **peer;  // (size,) each rank's piece; peer[rank] is this rank's
+} shm_region;
+
+struct comm_shm {
+    MPI_Win win;
+    unsigned char **seg;  // (size,) base of each rank's segment in the window
+    size_t seg_bytes;     // capacity of one segment; each holds two halves for double buffering
+    size_t seg_used;      // bytes of each half in use: touched when reserved, accounted as communication
+    int parity;           // which half the next collective uses
+    MPI_Win ctl_win;      // the barrier's shared words (rank 0 holds them)
+    shm_barrier *ctl;
+    int barrier_spins;    // polls before a waiting rank yields its CPU: few when ranks share CPUs
+    shm_region *regions;  // (n_regions,) buffers from fsdp_comm_alloc_shared
+    int n_regions;
+};
+
 static fsdp_status alloc_window(fsdp_comm *c, size_t seg_bytes) {
     MPI_Aint bytes = (MPI_Aint)seg_bytes;
     void *base = NULL;
-    if (MPI_Win_allocate_shared(bytes, 64, MPI_INFO_NULL, c->mpi, &base, &c->win) != MPI_SUCCESS)
+    if (MPI_Win_allocate_shared(bytes, 64, MPI_INFO_NULL, c->mpi, &base, &c->shm->win) != MPI_SUCCESS)
         return fsdp_error(FSDP_ERR_COMM, "MPI_Win_allocate_shared of %zu bytes failed", seg_bytes);
-    c->seg_bytes = seg_bytes;  // release_window frees it from here on
+    c->shm->seg_bytes = seg_bytes;  // release_window frees it from here on
     for (int r = 0; r < c->size; r++) {
         MPI_Aint sz;
         int disp;
-        FSDP_CHECK(comm_mpi_check(MPI_Win_shared_query(c->win, r, &sz, &disp, &c->seg[r]), "MPI_Win_shared_query"));
+        FSDP_CHECK(comm_mpi_check(MPI_Win_shared_query(c->shm->win, r, &sz, &disp, &c->shm->seg[r]), "MPI_Win_shared_query"));
     }
-    return comm_mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, c->win), "MPI_Win_lock_all");
+    return comm_mpi_check(MPI_Win_lock_all(MPI_MODE_NOCHECK, c->shm->win), "MPI_Win_lock_all");
 }
 
 static void release_window(fsdp_comm *c) {
-    if (c->seg_bytes) {
-        fsdp_mem_track(FSDP_MEM_COMM, 2 * c->seg_used, -1);
-        c->seg_used = 0;
-        MPI_Win_unlock_all(c->win);
-        MPI_Win_free(&c->win);
-        c->seg_bytes = 0;
+    if (c->shm->seg_bytes) {
+        fsdp_mem_track(FSDP_MEM_COMM, 2 * c->shm->seg_used, -1);
+        c->shm->seg_used = 0;
+        MPI_Win_unlock_all(c->shm->win);
+        MPI_Win_free(&c->shm->win);
+        c->shm->seg_bytes = 0;
     }
 }
 
@@ -52,7 +79,7 @@ typedef struct shm_barrier {
 enum { BARRIER_SPINS = 4096, BARRIER_SPINS_SHARED = 16 };
 
 static void barrier_wait(fsdp_comm *c) {
-    shm_barrier *b = c->ctl;
+    shm_barrier *b = c->shm->ctl;
     unsigned gen = atomic_load_explicit(&b->generation, memory_order_acquire);  // before arriving
     if (atomic_fetch_add_explicit(&b->arrived, 1, memory_order_acq_rel) == (unsigned)c->size - 1) {
         atomic_store_explicit(&b->arrived, 0, memory_order_relaxed);
@@ -60,7 +87,7 @@ static void barrier_wait(fsdp_comm *c) {
         return;
     }
     for (long spin = 0; atomic_load_explicit(&b->generation, memory_order_acquire) == gen; spin++) {
-        if (spin < c->barrier_spins) {
+        if (spin < c->shm->barrier_spins) {
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
 #endif
@@ -73,7 +100,7 @@ static void barrier_wait(fsdp_comm *c) {
 }
 
 fsdp_status comm_shm_setup(fsdp_comm *c) {
-    c->shm = 0;
+    c->shm = NULL;
     MPI_Comm node;
     FSDP_CHECK(comm_mpi_check(comm_host_split(c->mpi, 0, &node), "MPI_Comm_split_type"));
     int node_size = 0;
@@ -83,44 +110,48 @@ fsdp_status comm_shm_setup(fsdp_comm *c) {
     if (s == FSDP_OK) s = comm_mpi_allreduce(&everyone, 1, sizeof everyone, MPI_INT, MPI_MIN, c->mpi);
     FSDP_CHECK(s);
     if (!everyone || fsdp_tunable(FSDP_ENV_COMM_NO_SHM)) return FSDP_OK;
-    c->seg = calloc((size_t)c->size, sizeof(unsigned char *));
-    if (!c->seg) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    comm_shm *shm = calloc(1, sizeof *shm);
+    if (shm) shm->seg = calloc((size_t)c->size, sizeof(unsigned char *));
+    if (!shm || !shm->seg) {
+        free(shm);
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    }
     void *mine = NULL;
     if (MPI_Win_allocate_shared(c->rank == 0 ? (MPI_Aint)sizeof(shm_barrier) : 0, 64, MPI_INFO_NULL, c->mpi, &mine,
-                                &c->ctl_win) != MPI_SUCCESS) {
-        free(c->seg);
-        c->seg = NULL;
+                                &shm->ctl_win) != MPI_SUCCESS) {
+        free(shm->seg);
+        free(shm);
         return fsdp_error(FSDP_ERR_COMM, "MPI_Win_allocate_shared of the barrier's %zu bytes failed", sizeof(shm_barrier));
     }
     MPI_Aint sz;
     int disp;
-    MPI_Win_shared_query(c->ctl_win, 0, &sz, &disp, &c->ctl);
+    MPI_Win_shared_query(shm->ctl_win, 0, &sz, &disp, &shm->ctl);
     if (c->rank == 0) {
-        atomic_init(&c->ctl->arrived, 0);
-        atomic_init(&c->ctl->generation, 0);
+        atomic_init(&shm->ctl->arrived, 0);
+        atomic_init(&shm->ctl->generation, 0);
     }
-    MPI_Win_lock_all(MPI_MODE_NOCHECK, c->ctl_win);
+    MPI_Win_lock_all(MPI_MODE_NOCHECK, shm->ctl_win);
     int sharing = comm_sharing_ranks(c->mpi);  // also a barrier: the words are initialised before anyone arrives
-    c->barrier_spins = sharing < 0 || sharing > fsdp_affinity_cores() ? BARRIER_SPINS_SHARED : BARRIER_SPINS;
-    c->shm = 1;
+    shm->barrier_spins = sharing < 0 || sharing > fsdp_affinity_cores() ? BARRIER_SPINS_SHARED : BARRIER_SPINS;
+    c->shm = shm;
     return FSDP_OK;
 }
 
 void comm_shm_free(fsdp_comm *c) {
-    if (!c->shm) return;
-    while (c->n_regions > 0) fsdp_comm_free_shared(c, c->regions[c->n_regions - 1].peer[c->rank]);
-    free(c->regions);
+    comm_shm *shm = c->shm;
+    if (!shm) return;
+    while (shm->n_regions > 0) fsdp_comm_free_shared(c, shm->regions[shm->n_regions - 1].peer[c->rank]);
+    free(shm->regions);
     release_window(c);
-    MPI_Win_unlock_all(c->ctl_win);
-    MPI_Win_free(&c->ctl_win);
-    c->ctl = NULL;
-    free(c->seg);
-    c->seg = NULL;
-    c->shm = 0;
+    MPI_Win_unlock_all(shm->ctl_win);
+    MPI_Win_free(&shm->ctl_win);
+    free(shm->seg);
+    free(shm);
+    c->shm = NULL;
 }
 
 static unsigned char *half_of(fsdp_comm *c, int rank, int half) {
-    return c->seg[rank] + (size_t)half * (c->seg_bytes / 2);
+    return c->shm->seg[rank] + (size_t)half * (c->shm->seg_bytes / 2);
 }
 
 // Makes each half of every segment hold at least `bytes`; collective (all ranks ask the same size).
@@ -129,22 +160,22 @@ static unsigned char *half_of(fsdp_comm *c, int rank, int half) {
 // occupies both, and the memory a run holds then does not depend on which half it landed in first.
 static fsdp_status ensure_capacity(fsdp_comm *c, size_t bytes) {
     size_t used = (bytes + 63) / 64 * 64, need = 2 * used;
-    if (need > c->seg_bytes) {
-        size_t grow = c->seg_bytes * 2 > need ? c->seg_bytes * 2 : need;
+    if (need > c->shm->seg_bytes) {
+        size_t grow = c->shm->seg_bytes * 2 > need ? c->shm->seg_bytes * 2 : need;
         release_window(c);
         FSDP_CHECK(alloc_window(c, grow));
     }
-    if (used <= c->seg_used) return FSDP_OK;
-    for (int half = 0; half < 2; half++) memset(half_of(c, c->rank, half) + c->seg_used, 0, used - c->seg_used);
-    fsdp_mem_track(FSDP_MEM_COMM, 2 * (used - c->seg_used), +1);
-    c->seg_used = used;
+    if (used <= c->shm->seg_used) return FSDP_OK;
+    for (int half = 0; half < 2; half++) memset(half_of(c, c->rank, half) + c->shm->seg_used, 0, used - c->shm->seg_used);
+    fsdp_mem_track(FSDP_MEM_COMM, 2 * (used - c->shm->seg_used), +1);
+    c->shm->seg_used = used;
     return FSDP_OK;
 }
 
 static void sync_all(fsdp_comm *c) {
-    MPI_Win_sync(c->win);
+    MPI_Win_sync(c->shm->win);
     barrier_wait(c);
-    MPI_Win_sync(c->win);
+    MPI_Win_sync(c->shm->win);
 }
 
 // dst (n,) = sum over ranks r of src_r (n,) in rank order, then * scale; dtype dt for dst and sources
@@ -174,10 +205,10 @@ static void sum_segments(fsdp_comm *c, int half, size_t offset_bytes, void *dst,
 
 void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes) {
     if (c->backend != COMM_MPI || !c->shm) return NULL;
-    shm_region *grown = realloc(c->regions, sizeof(shm_region) * (size_t)(c->n_regions + 1));
+    shm_region *grown = realloc(c->shm->regions, sizeof(shm_region) * (size_t)(c->shm->n_regions + 1));
     if (!grown) return NULL;
-    c->regions = grown;
-    shm_region *r = &c->regions[c->n_regions];
+    c->shm->regions = grown;
+    shm_region *r = &c->shm->regions[c->shm->n_regions];
     r->bytes = bytes;
     r->peer = calloc((size_t)c->size, sizeof(unsigned char *));
     void *base = NULL;
@@ -198,18 +229,18 @@ void *fsdp_comm_alloc_shared(fsdp_comm *c, size_t bytes) {
         return NULL;
     }
     memset(r->peer[c->rank], 0, bytes);
-    c->n_regions++;
+    c->shm->n_regions++;
     return r->peer[c->rank];
 }
 
 void fsdp_comm_free_shared(fsdp_comm *c, void *ptr) {
-    for (int i = 0; ptr && i < c->n_regions; i++) {
-        shm_region *r = &c->regions[i];
+    for (int i = 0; ptr && c->shm && i < c->shm->n_regions; i++) {
+        shm_region *r = &c->shm->regions[i];
         if (r->peer[c->rank] != ptr) continue;
         MPI_Win_unlock_all(r->win);
         MPI_Win_free(&r->win);
         free(r->peer);
-        c->regions[i] = c->regions[--c->n_regions];
+        c->shm->regions[i] = c->shm->regions[--c->shm->n_regions];
         return;
     }
 }
@@ -217,13 +248,14 @@ void fsdp_comm_free_shared(fsdp_comm *c, void *ptr) {
 // The shared region one of whose ranks' pieces holds [p, p + bytes) (this rank's piece first), with
 // p's offset in that piece; NULL when p is ordinary memory.
 static const shm_region *find_region(const fsdp_comm *c, const void *p, size_t bytes, size_t *offset) {
+    if (!c->shm) return NULL;  // no shared memory: every buffer is ordinary memory
     for (int k = 0; k < c->size; k++) {
         int q = (c->rank + k) % c->size;
-        for (int i = 0; i < c->n_regions; i++) {
-            const unsigned char *base = c->regions[i].peer[q];
-            if ((const unsigned char *)p >= base && (const unsigned char *)p + bytes <= base + c->regions[i].bytes) {
+        for (int i = 0; i < c->shm->n_regions; i++) {
+            const unsigned char *base = c->shm->regions[i].peer[q];
+            if ((const unsigned char *)p >= base && (const unsigned char *)p + bytes <= base + c->shm->regions[i].bytes) {
                 *offset = (size_t)((const unsigned char *)p - base);
-                return &c->regions[i];
+                return &c->shm->regions[i];
             }
         }
     }
@@ -274,8 +306,8 @@ fsdp_status comm_shm_all_gather(fsdp_comm *c, const void *send, void *recv, size
         return FSDP_OK;
     }
     FSDP_CHECK(ensure_capacity(c, bytes));
-    int half = c->parity;
-    c->parity ^= 1;
+    int half = c->shm->parity;
+    c->shm->parity ^= 1;
     memcpy(half_of(c, c->rank, half), send, bytes);
     sync_all(c);
     for (int r = 0; r < c->size; r++) {
@@ -329,8 +361,8 @@ fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, 
         return FSDP_OK;
     }
     FSDP_CHECK(ensure_capacity(c, bytes));
-    int half = c->parity;
-    c->parity ^= 1;
+    int half = c->shm->parity;
+    c->shm->parity ^= 1;
     memcpy(half_of(c, c->rank, half), send, bytes);
     sync_all(c);
     sum_segments(c, half, (size_t)c->rank * count * esize, recv, count, dt, scale);
@@ -340,8 +372,8 @@ fsdp_status comm_shm_reduce_scatter(fsdp_comm *c, const void *send, void *recv, 
 fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
     size_t esize = fsdp_dtype_size(dt), bytes = count * esize;
     FSDP_CHECK(ensure_capacity(c, bytes));
-    int half = c->parity;
-    c->parity ^= 1;
+    int half = c->shm->parity;
+    c->shm->parity ^= 1;
     memcpy(half_of(c, c->rank, half), buf, bytes);
     sync_all(c);
     float scale = op == FSDP_AVG ? 1.0f / (float)c->size : 1.0f;
@@ -349,17 +381,32 @@ fsdp_status comm_shm_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtyp
     return FSDP_OK;
 }
 
-void comm_sum_bf16(fsdp_bf16 *dst, const fsdp_bf16 *const *src, int nsrc, size_t n, float scale) {
-    // blocks of fp32 accumulators, each source added in turn: the inner loops vectorize
-#pragma omp parallel for schedule(static) if (n > 32768)
-    for (size_t i0 = 0; i0 < n; i0 += 2048) {
-        size_t m = n - i0 < 2048 ? n - i0 : 2048;
-        float acc[2048];
-        for (size_t i = 0; i < m; i++) acc[i] = fsdp_bf16_to_f32(src[0][i0 + i]);
-        for (int r = 1; r < nsrc; r++) {
-            const fsdp_bf16 *s = src[r] + i0;
-            for (size_t i = 0; i < m; i++) acc[i] += fsdp_bf16_to_f32(s[i]);
-        }
-        for (size_t i = 0; i < m; i++) dst[i0 + i] = fsdp_f32_to_bf16(acc[i] * scale);
-    }
+// ---- the transport (comm_transport.h): blocking only, the whole group on one node
+
+static fsdp_status shm_all_gather(fsdp_comm *c, void *ctx, const void *send, void *recv, size_t count, fsdp_dtype dt) {
+    (void)ctx;
+    return comm_shm_all_gather(c, send, recv, count, dt);
 }
+
+static fsdp_status shm_reduce_scatter(fsdp_comm *c, void *ctx, const void *send, void *recv, size_t count,
+                                      fsdp_dtype dt, fsdp_reduce_op op) {
+    (void)ctx;
+    return comm_shm_reduce_scatter(c, send, recv, count, dt, op);
+}
+
+static fsdp_status shm_all_reduce(fsdp_comm *c, void *ctx, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
+    (void)ctx;
+    return comm_shm_all_reduce(c, buf, count, dt, op);
+}
+
+static size_t shm_bytes_sent(const fsdp_comm *c, fsdp_coll_kind kind, size_t count, fsdp_dtype dt) {
+    return fsdp_comm_flat_bytes(c->size, kind, count, dt);
+}
+
+const fsdp_comm_transport comm_shm_transport = {
+    .name = "shm",
+    .all_gather = shm_all_gather,
+    .reduce_scatter = shm_reduce_scatter,
+    .all_reduce = shm_all_reduce,
+    .bytes_sent = shm_bytes_sent,
+};

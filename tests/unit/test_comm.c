@@ -9,7 +9,8 @@
 #include <string.h>
 
 #include "comm/comm.h"
-#include "comm/comm_impl.h"  // fsdp_comm_mpi_calls
+#include "comm/comm_mpi.h"        // fsdp_comm_mpi_calls
+#include "comm/comm_transport.h"  // fsdp_comm_transport: a stand-in device transport
 #include "test.h"
 
 static float input(int rank, size_t i) { return (float)((rank + 1) * 0.5 + (double)(i % 1000) * 0.001); }
@@ -442,6 +443,59 @@ static void check_gathers_in_flight(fsdp_comm *c, const char *label) {
     free(blocking);
 }
 
+// A stand-in for a device backend's transport (fsdp_comm_set_device_transport): claims the buffers in
+// [lo, hi) and "all-reduces" them by writing a marker no host transport computes, counting its calls.
+typedef struct {
+    const float *lo, *hi;  // the claimed range
+    int calls;
+} fake_device;
+
+static int fake_accepts(void *ctx, const void *buf) {
+    fake_device *d = ctx;
+    return (const float *)buf >= d->lo && (const float *)buf < d->hi;
+}
+
+static fsdp_status fake_all_reduce(fsdp_comm *c, void *ctx, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
+    fake_device *d = ctx;
+    d->calls++;
+    for (size_t i = 0; i < count; i++) ((float *)buf)[i] = -1.0f;
+    return FSDP_OK;
+}
+
+static fsdp_status fake_iall_reduce(fsdp_comm *c, void *ctx, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
+                                    void **op_out) {
+    return fsdp_error(FSDP_ERR_INTERNAL, "never started");
+}
+
+// The device-transport slot: collectives on the buffers an installed transport accepts run through it
+// (a nonblocking one without a start: its blocking form), the others and the kinds it lacks on the host
+// transports; removing it restores the host paths; an incomplete interface is refused.
+static void check_device_transport(fsdp_comm *c) {
+    int N = fsdp_comm_size(c);
+    float dev[4] = {1, 1, 1, 1}, host[4] = {1, 1, 1, 1}, gathered[4 * 64];
+    fake_device d = {dev, dev + 4, 0};
+    static const fsdp_comm_transport fake = {.name = "fake", .accepts = fake_accepts, .all_reduce = fake_all_reduce};
+    static const fsdp_comm_transport no_wait = {.name = "no_wait", .all_reduce = fake_all_reduce,
+                                                .iall_reduce = fake_iall_reduce};
+    CHECK(fsdp_comm_set_device_transport(c, &no_wait, &d) == FSDP_ERR_INVALID_ARG);
+    CHECK(fsdp_comm_set_device_transport(c, &fake, &d) == FSDP_OK);
+    CHECK(fsdp_all_reduce(c, dev, 4, FSDP_F32, FSDP_SUM) == FSDP_OK);
+    CHECK(fsdp_all_reduce(c, host, 4, FSDP_F32, FSDP_SUM) == FSDP_OK);
+    fsdp_comm_request *req = NULL;
+    CHECK(fsdp_iall_reduce(c, dev + 1, 3, FSDP_F32, FSDP_SUM, &req) == FSDP_OK);
+    CHECK(fsdp_comm_wait(req) == FSDP_OK);
+    if (N > 1 && N <= 64) {  // one rank: nothing to communicate, no transport runs
+        CHECK_EQ_INT(d.calls, 2);
+        CHECK(dev[0] == -1.0f && dev[1] == -1.0f && host[0] == (float)N);
+        CHECK(fsdp_all_gather(c, dev, gathered, 4, FSDP_F32) == FSDP_OK);  // no all-gather: the host's
+        CHECK(gathered[0] == -1.0f && gathered[4 * (N - 1)] == -1.0f && d.calls == 2);
+    }
+    CHECK(fsdp_comm_set_device_transport(c, NULL, NULL) == FSDP_OK);
+    dev[0] = 1.0f;
+    CHECK(fsdp_all_reduce(c, dev, 1, FSDP_F32, FSDP_SUM) == FSDP_OK);
+    CHECK(dev[0] == (float)N);
+}
+
 int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) {
@@ -486,6 +540,8 @@ int main(int argc, char **argv) {
         fsdp_comm_set_sequence_check(world, 0);
         fsdp_comm_set_max_count(0);
     }
+    check_device_transport(world);
+    check_device_transport(half);
     CHECK(fsdp_comm_split_node(world, &node) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(node), per_host > 0 && per_host < N ? (R / per_host < N / per_host ? per_host : N % per_host) : N);
     fsdp_comm_stats st = fsdp_comm_get_stats(world);
