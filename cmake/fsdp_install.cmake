@@ -5,7 +5,7 @@ include(GNUInstallDirs)
 set(FSDP_VERSION 0.1.0)
 
 # The public surface, as paths under src/: what <fsdp/fsdp.h> pulls in, plus the modules a user
-# composes a model from. Everything else (fsdp_internal.h, comm_impl.h, device/cpu/, ckpt/, cli/,
+# composes a model from. Everything else (fsdp_internal.h, comm/comm_group.h and the transports' headers, device/cpu/, ckpt/, cli/,
 # ...) stays internal. Installed as fsdp/fsdp.h and fsdp/<path> (cmake/fsdp_public_headers.cmake).
 set(FSDP_PUBLIC_HEADERS
     fsdp/fsdp.h
