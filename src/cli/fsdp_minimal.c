@@ -44,9 +44,9 @@ static int fail(const char *msg) {
 
 // The global x: (seq, global_batch, d), or (global_batch, seq, d) when batch_first.
 static fsdp_status load_input(const minimal_options *o, float *x) {
-    int64_t shape[3] = {o->batch_first ? o->global_batch : o->seq, o->batch_first ? o->seq : o->global_batch, o->d_model};
+    int64_t shape[3] = {o->batch_first ? o->training.global_batch : o->seq, o->batch_first ? o->seq : o->training.global_batch, o->d_model};
     if (!o->input_path) {
-        fsdp_rng rng = {(uint64_t)o->seed, fsdp_hash_name("input.x")};
+        fsdp_rng rng = {(uint64_t)o->training.seed, fsdp_hash_name("input.x")};
         fsdp_rng_normal(rng, 0, x, (size_t)(shape[0] * shape[1] * shape[2]), 0.0f, 1.0f);
         return FSDP_OK;
     }
@@ -63,7 +63,7 @@ static void take_columns(const minimal_options *o, const float *x, float *dst, i
     for (int t = 0; t < o->seq; t++)
         for (int b = 0; b < nb; b++) {
             const float *src = o->batch_first ? x + ((size_t)(b0 + b) * o->seq + t) * C
-                                              : x + ((size_t)t * o->global_batch + b0 + b) * C;
+                                              : x + ((size_t)t * o->training.global_batch + b0 + b) * C;
             float *d = o->batch_first ? dst + ((size_t)b * o->seq + t) * C : dst + ((size_t)t * nb + b) * C;
             memcpy(d, src, C * sizeof(float));
         }
@@ -86,11 +86,11 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, fsdp_
                 const float *src = all + (size_t)r * local +
                                    (o->batch_first ? ((size_t)b * o->seq + t) * C : ((size_t)t * nb + b) * C);
                 int gb = r * nb + b;
-                float *d = o->batch_first ? glob + ((size_t)gb * o->seq + t) * C : glob + ((size_t)t * o->global_batch + gb) * C;
+                float *d = o->batch_first ? glob + ((size_t)gb * o->seq + t) * C : glob + ((size_t)t * o->training.global_batch + gb) * C;
                 memcpy(d, src, C * sizeof(float));
             }
     if (s == FSDP_OK && fsdp_comm_rank(world) == 0) {
-        int64_t shape[3] = {o->batch_first ? o->global_batch : o->seq, o->batch_first ? o->seq : o->global_batch, o->d_model};
+        int64_t shape[3] = {o->batch_first ? o->training.global_batch : o->seq, o->batch_first ? o->seq : o->training.global_batch, o->d_model};
         st_writer *w = st_writer_new(o->dump_output_path);
         s = w ? st_writer_add(w, "y", ST_F32, 3, shape, glob) : FSDP_ERR_NOMEM;
         if (w) s = s == FSDP_OK ? st_writer_commit(w) : (st_writer_free(w), s);
@@ -109,18 +109,19 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     if (cli_ckpt_open("fsdp-minimal", &o->fsdp.ckpt, 1, world)) return 2;
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE}, {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
-        {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
+        {"--save", o->training.save_path, CLI_OUT_FILE}, {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
         {"--dump-output", o->dump_output_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-minimal", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
     char line[160];
     if (o->fsdp.summary && R == 0) printf("%s\n", fsdp_threads_describe(threads, line, sizeof line));
-    if (minimal_resolve_batch("fsdp-minimal", o, o->config.args, o->config.nargs, o->config.argc, o->config.argv, N,
-                              R == 0))
+    const cli_model_config *c = &o->config;
+    if (cli_training_resolve_batch("fsdp-minimal", &o->training, &o->fsdp, c->args, c->nargs, c->argc, c->argv, N,
+                                   R == 0))
         return 2;
-    int micro = o->batch, local_batch = o->global_batch / N;  // per micro-step and per step, on this rank
+    int micro = o->training.batch, local_batch = o->training.global_batch / N;  // per micro-step and per step, on this rank
     fsdp_config cfg;
     if (cli_fsdp_config("fsdp-minimal", &o->fsdp, &cfg)) return 2;
-    if (o->dump_output_path && o->grad_accum != 1) {
+    if (o->dump_output_path && o->training.grad_accum != 1) {
         fprintf(stderr, "fsdp-minimal: --dump-output needs --grad-accum 1\n");
         return 2;
     }
@@ -142,12 +143,12 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
     double *micro_losses = NULL;  // (grad_accum,) this rank's micro-steps' mean losses
     if (nn_encoder_stack_create(&model, layer, o->layers) != FSDP_OK) goto failed;
     // room for what the saves will write, before the model is built and trained
-    if (cli_check_save_space("fsdp-minimal", &model.params, &o->fsdp.ckpt, o->save_path, o->steps, world)) {
+    if (cli_check_save_space("fsdp-minimal", &model.params, &o->fsdp.ckpt, o->training.save_path, o->training.steps, world)) {
         rc = 2;
         goto done;
     }
     fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
-    if ((rc = cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->seed, o->init_path, NULL, &fs)))
+    if ((rc = cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->training.seed, o->training.init_path, NULL, &fs)))
         goto done;
     if (cli_config_to_state(&o->config, fs)) {
         rc = 1;
@@ -158,39 +159,39 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
 
     fsdp_dev *dev = fsdp_state_device(fs);
     fsdp_stream *stream = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
-    size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->global_batch * C, micro_n = (size_t)o->seq * micro * C;
+    size_t C = (size_t)o->d_model, global_n = (size_t)o->seq * o->training.global_batch * C, micro_n = (size_t)o->seq * micro * C;
     x = malloc(sizeof(float) * global_n);
-    xm = malloc(sizeof(float) * micro_n * (size_t)o->grad_accum);
-    xm_dev = fsdp_dev_alloc(dev, sizeof(float) * micro_n * (size_t)o->grad_accum, FSDP_MEM_ACTIVATIONS);
+    xm = malloc(sizeof(float) * micro_n * (size_t)o->training.grad_accum);
+    xm_dev = fsdp_dev_alloc(dev, sizeof(float) * micro_n * (size_t)o->training.grad_accum, FSDP_MEM_ACTIVATIONS);
     dy = fsdp_dev_alloc(dev, sizeof(float) * micro_n, FSDP_MEM_ACTIVATIONS);
     loss_dev = fsdp_dev_alloc(dev, sizeof(double), FSDP_MEM_OTHER);
-    micro_losses = malloc(sizeof(double) * (size_t)o->grad_accum);
+    micro_losses = malloc(sizeof(double) * (size_t)o->training.grad_accum);
     if (!x || !xm || !xm_dev || !dy || !loss_dev || !micro_losses) {
         rc = fail("out of memory");
         goto done;
     }
     if (load_input(o, x) != FSDP_OK) goto failed;
-    for (int m = 0; m < o->grad_accum; m++) take_columns(o, x, xm + (size_t)m * micro_n, R * local_batch + m * micro, micro);
-    if (fsdp_copy_h2d(stream, xm_dev, xm, sizeof(float) * micro_n * (size_t)o->grad_accum) != FSDP_OK ||
+    for (int m = 0; m < o->training.grad_accum; m++) take_columns(o, x, xm + (size_t)m * micro_n, R * local_batch + m * micro, micro);
+    if (fsdp_copy_h2d(stream, xm_dev, xm, sizeof(float) * micro_n * (size_t)o->training.grad_accum) != FSDP_OK ||
         fsdp_stream_synchronize(stream) != FSDP_OK)
         goto failed;
     free(x);
     free(xm);
     x = xm = NULL;
     fsdp_adamw_config ac = fsdp_adamw_defaults();
-    ac.lr = o->lr;
-    ac.weight_decay = o->weight_decay;
+    ac.lr = o->training.lr;
+    ac.weight_decay = o->training.weight_decay;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
 
     cli_ckpt_catch_signals();
     int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->global_batch, R, &start_step) != FSDP_OK) goto failed;
-    if (cli_ckpt_check_steps("fsdp-minimal", o->steps, start_step, R)) {
+    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, o->training.global_batch, R, &start_step) != FSDP_OK) goto failed;
+    if (cli_ckpt_check_steps("fsdp-minimal", o->training.steps, start_step, R)) {
         rc = 2;
         goto done;
     }
     double total_time = 0.0, total_comm = 0.0;
-    for (int step = start_step; step < o->steps; step++) {
+    for (int step = start_step; step < o->training.steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs);
         fsdp_zero_grad(fs);
         double loss = 0.0;
@@ -198,11 +199,11 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         // loss gradient that of its own mean (the engine divides the exact sum by det_chunks), its dropout
         // keyed on the chunk
         int det = o->fsdp.deterministic;
-        for (int m = 0; m < o->grad_accum; m++) {
-            uint64_t micro_id = (uint64_t)step * (uint64_t)o->grad_accum + (uint64_t)m;
-            if (det) micro_id = ((uint64_t)step * (uint64_t)N + (uint64_t)R) * (uint64_t)o->grad_accum + (uint64_t)m;
-            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, micro_id);
-            int sync = !o->no_sync || m == o->grad_accum - 1;
+        for (int m = 0; m < o->training.grad_accum; m++) {
+            uint64_t micro_id = (uint64_t)step * (uint64_t)o->training.grad_accum + (uint64_t)m;
+            if (det) micro_id = ((uint64_t)step * (uint64_t)N + (uint64_t)R) * (uint64_t)o->training.grad_accum + (uint64_t)m;
+            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->training.seed, micro_id);
+            int sync = !o->training.no_sync || m == o->training.grad_accum - 1;
             const float *xin = xm_dev + (size_t)m * micro_n, *y = NULL;
             if (fsdp_begin_forward(fs, sync) != FSDP_OK ||
                 nn_sequential_forward(&ctx, &model.seq, xin, micro, o->seq, &y) != FSDP_OK)
@@ -210,29 +211,29 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
             nn_abs_mean_forward(&ctx, loss_dev, y, micro_n);
             double micro_loss = 0.0;
             if (fsdp_dev_read(stream, &micro_loss, loss_dev, sizeof micro_loss) != FSDP_OK) goto failed;  // the log's
-            loss += micro_loss / o->grad_accum;
+            loss += micro_loss / o->training.grad_accum;
             micro_losses[m] = micro_loss;
             if (step == 0 && m == 0 && o->dump_output_path && dump_output(o, world, stream, y, micro) != FSDP_OK)
                 goto failed;
-            nn_abs_mean_backward(&ctx, dy, y, micro_n, det ? 1.0f : 1.0f / (float)o->grad_accum);
+            nn_abs_mean_backward(&ctx, dy, y, micro_n, det ? 1.0f : 1.0f / (float)o->training.grad_accum);
             if (nn_sequential_backward(&ctx, &model.seq, dy, xin, NULL) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK)
                 goto failed;
         }
         if (det) {  // the chunks' losses summed in chunk order
-            if (fsdp_det_mean(world, micro_losses, o->grad_accum, 1, &loss) != FSDP_OK) goto failed;
+            if (fsdp_det_mean(world, micro_losses, o->training.grad_accum, 1, &loss) != FSDP_OK) goto failed;
         } else {
             if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
             loss /= N;
         }
         double norm = 0.0;
-        if (o->clip > 0.0f || det) {  // clip_grad_norm_ over the true global norm of the sharded gradients
+        if (o->training.clip > 0.0f || det) {  // clip_grad_norm_ over the true global norm of the sharded gradients
             if (fsdp_grad_norm(fs, &norm) != FSDP_OK) goto failed;
-            if (o->clip > 0.0f) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
+            if (o->training.clip > 0.0f) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->training.clip));
         }
         // the gradients the optimizer sees (after clipping), for the parity tests
-        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
+        if (step == 0 && o->training.dump_grads_path && fsdp_save_full(fs, o->training.dump_grads_path, 1) != FSDP_OK)
             goto failed;
-        fsdp_optimizer_step(fs, o->lr);
+        fsdp_optimizer_step(fs, o->training.lr);
         if (step > start_step) {
             total_time += fsdp_now_sec() - t0;
             total_comm += fsdp_exposed_comm_seconds(fs) - c0;
@@ -240,7 +241,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         if (R == 0) {
             if (det)  // every bit: runs on other world sizes compare these exactly
                 printf("step %d loss %.17g grad_norm %.17g\n", step, loss, norm);
-            else if (o->clip > 0.0f) printf("step %d loss %.9g grad_norm %.9g\n", step, loss, norm);
+            else if (o->training.clip > 0.0f) printf("step %d loss %.9g grad_norm %.9g\n", step, loss, norm);
             else printf("step %d loss %.9g\n", step, loss);
             fflush(stdout);
         }
@@ -249,20 +250,20 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         if (stop && R == 0)  // said before the save: mpirun may stop forwarding output once the ranks exit
             cli_ckpt_say_interrupted("fsdp-minimal", step,
                                      o->fsdp.ckpt.dir ? "saving a checkpoint (--resume auto continues)" : "");
-        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop) &&
-            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, o->global_batch, R) != FSDP_OK)
+        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->training.steps, stop) &&
+            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->training.seed, o->training.global_batch, R) != FSDP_OK)
             goto failed;
         if (stop) {
             rc = 130;
             goto done;
         }
     }
-    if (o->steps - start_step > 1 && R == 0)
+    if (o->training.steps - start_step > 1 && R == 0)
         printf("mean (steps %d..%d): %.2f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB\n",
-               start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
-               (double)o->seq * o->global_batch * (o->steps - 1 - start_step) / total_time,
+               start_step + 1, o->training.steps - 1, total_time * 1e3 / (o->training.steps - 1 - start_step),
+               (double)o->seq * o->training.global_batch * (o->training.steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0);
-    double shard_sent = 0.0, replica_sent = 0.0, run_steps = o->steps - start_step > 0 ? o->steps - start_step : 1;
+    double shard_sent = 0.0, replica_sent = 0.0, run_steps = o->training.steps - start_step > 0 ? o->training.steps - start_step : 1;
     fsdp_comm_bytes_by_group(fs, &shard_sent, &replica_sent);
     if (o->fsdp.summary && R == 0)  // this rank's memory after training, by category (bytes), and bytes sent
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
@@ -270,7 +271,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS),
                fsdp_comm_bytes_sent(fs) / run_steps, shard_sent / run_steps, replica_sent / run_steps);
-    if (o->save_path && cli_save_weights("fsdp-minimal", fs, o->save_path, R) != FSDP_OK) goto failed;
+    if (o->training.save_path && cli_save_weights("fsdp-minimal", fs, o->training.save_path, R) != FSDP_OK) goto failed;
     goto done;
 failed:
     rc = fail(fsdp_last_error());
@@ -297,18 +298,18 @@ int main(int argc, char **argv) {
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-minimal", "transformer_encoder", encoder_fields,
                                   (int)(sizeof encoder_fields / sizeof *encoder_fields), args, nargs, argc, argv};
-    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
+    if (cli_config_from_inputs(&o.config, o.training.init_path, &o.fsdp.ckpt)) return 2;
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-minimal: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;
     }
-    if (cli_threads_check_env("fsdp-minimal", o.threads)) return 2;
-    cli_threads_before_mpi(argv, o.threads);
+    if (cli_threads_check_env("fsdp-minimal", o.training.threads)) return 2;
+    cli_threads_before_mpi(argv, o.training.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
     rank0 = fsdp_comm_rank(world) == 0;
     fsdp_threads_choice threads;
-    if (cli_threads_setup("fsdp-minimal", world, o.threads, &threads) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_threads_setup("fsdp-minimal", world, o.training.threads, &threads) != FSDP_OK) return fail(fsdp_last_error());
     if (rank0) fsdp_tunables_warn_unknown("fsdp-minimal");  // a misspelt FSDP_* variable
     int rc = run(&o, world, &threads);
     cli_ckpt_close(&o.fsdp.ckpt);

@@ -88,8 +88,8 @@ static fsdp_status read_loss(const nn_ctx *ctx, const nn_gpt2 *model, double *lo
 
 // --save: the weights, or with adapters what train_lora_save writes.
 static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_gpt2 *model, int rank) {
-    if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->save_path, rank);
-    return cli_save_weights("fsdp-train", fs, o->save_path, rank);
+    if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->training.save_path, rank);
+    return cli_save_weights("fsdp-train", fs, o->training.save_path, rank);
 }
 
 static int fail(const char *msg) {
@@ -101,7 +101,7 @@ static int fail(const char *msg) {
 // layers from the h.N blocks present); heads from the metadata key "n_head" when present, else --heads.
 static fsdp_status dims_from_file(train_options *o) {
     st_file *f = NULL;
-    FSDP_CHECK(st_open(o->init_path, &f));
+    FSDP_CHECK(st_open(o->training.init_path, &f));
     const char *prefix = st_find(f, "wte.weight") ? "" : "transformer.";
     char name[96];
     snprintf(name, sizeof name, "%swte.weight", prefix);
@@ -110,7 +110,7 @@ static fsdp_status dims_from_file(train_options *o) {
     const st_entry *wpe = st_find(f, name);
     fsdp_status s = FSDP_OK;
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
-        s = fsdp_error(FSDP_ERR_MISSING, "%s: not a GPT-2 file: needs 2-d wte.weight and wpe.weight", o->init_path);
+        s = fsdp_error(FSDP_ERR_MISSING, "%s: not a GPT-2 file: needs 2-d wte.weight and wpe.weight", o->training.init_path);
     } else {
         o->vocab = (int)wte->shape[0];
         o->d_model = (int)wte->shape[1];
@@ -126,9 +126,9 @@ static fsdp_status dims_from_file(train_options *o) {
         long n_head = heads ? strtol(heads, &end, 10) : o->heads;
         if (heads && (end == heads || *end || n_head < 1 || o->d_model % n_head))
             s = fsdp_error(FSDP_ERR_INVALID_ARG, "%s: metadata n_head '%s': expected a positive integer dividing the "
-                           "width %d of wte.weight", o->init_path, heads, o->d_model);
+                           "width %d of wte.weight", o->training.init_path, heads, o->d_model);
         else o->heads = (int)n_head;
-        if (layers == 0) s = fsdp_error(FSDP_ERR_MISSING, "%s: no h.0.* blocks", o->init_path);
+        if (layers == 0) s = fsdp_error(FSDP_ERR_MISSING, "%s: no h.0.* blocks", o->training.init_path);
     }
     st_close(f);
     return s;
@@ -147,7 +147,7 @@ static int open_tokenizer(train_options *o, int R, fsdp_tokenizer **tok) {
     const cli_model_config *c = &o->config;
     int n = fsdp_tokenizer_vocab(*tok);
     if (!cli_given(c->args, c->nargs, c->argc, c->argv, "--vocab"))  // --init's wte may hold more rows
-        o->vocab = o->init_path && o->vocab > n ? o->vocab : n;
+        o->vocab = o->training.init_path && o->vocab > n ? o->vocab : n;
     if (o->vocab < n) {
         if (R == 0)
             fprintf(stderr, "fsdp-train: --vocab %d is smaller than --tokenizer %s's %d token ids\n", o->vocab,
@@ -195,7 +195,7 @@ static int run(train_options *o, fsdp_comm *world) {
     int R = fsdp_comm_rank(world);
     const cli_model_config *c = &o->config;
     if (o->eval_only && train_eval_only_check("fsdp-train", c->args, c->nargs, c->argc, c->argv, &o->fsdp.ckpt,
-                                              o->init_path, o->grad_accum, o->eval_batches, o->gen.max_new_tokens, R))
+                                              o->training.init_path, o->training.grad_accum, o->eval_batches, o->gen.max_new_tokens, R))
         return 2;
     fsdp_tokenizer *tok = NULL;
     if (open_tokenizer(o, R, &tok)) return 2;
@@ -210,8 +210,8 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     const cli_model_config *c = &o->config;
     if (train_sample_check("fsdp-train", &o->gen, o->vocab, c->args, c->nargs, c->argc, c->argv, R)) return 2;
     if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
-    if (train_resolve_batch("fsdp-train", o, o->config.args, o->config.nargs, o->config.argc, o->config.argv, N,
-                            R == 0)) {
+    if (cli_training_resolve_batch("fsdp-train", &o->training, &o->fsdp, c->args, c->nargs, c->argc, c->argv, N,
+                                   R == 0)) {
         return 2;
     }
     if (o->eval_every > 0 && o->eval_batches == 0) {
@@ -228,13 +228,13 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
         {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
-        {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
+        {"--save", o->training.save_path, CLI_OUT_FILE}, {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
         {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
         {"--plot", o->plot_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-train", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
     fsdp_config fcfg;
     if (cli_fsdp_config("fsdp-train", &o->fsdp, &fcfg)) return 2;
-    if (o->input_path && o->grad_accum != 1) {
+    if (o->input_path && o->training.grad_accum != 1) {
         fprintf(stderr, "fsdp-train: --input holds one fixed batch: it needs --grad-accum 1\n");
         return 2;
     }
@@ -285,19 +285,19 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     const cli_model_config *mc = &o->config;
     if (train_lora_check("fsdp-train", &o->lora, cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-alpha"),
                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
-                         cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->save_path, R) ||
+                         cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->training.save_path, R) ||
         train_lora_attach("fsdp-train", &o->lora, &model, NULL, R)) {
         rc = 2;
         goto done;
     }
     // room for what the saves will write, before the model is built and trained
-    if (cli_check_save_space("fsdp-train", &model.params, o->eval_only ? NULL : &o->fsdp.ckpt, o->save_path, o->steps,
+    if (cli_check_save_space("fsdp-train", &model.params, o->eval_only ? NULL : &o->fsdp.ckpt, o->training.save_path, o->training.steps,
                              world)) {
         rc = 2;
         goto done;
     }
     fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
-    if ((rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path,
+    if ((rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->training.seed, o->training.init_path,
                              "transformer.", &fs)))
         goto done;
     if (train_lora_load(&o->lora, fs) != FSDP_OK) goto failed;
@@ -306,7 +306,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         goto done;
     }
     const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
-    int B = o->batch, T = o->seq, M = o->grad_accum;
+    int B = o->training.batch, T = o->seq, M = o->training.grad_accum;
     int64_t tokens_per_step = (int64_t)N * M * B * T;
     // spans: kept for --trace, totals only otherwise (the end-of-run report)
     if (fsdp_trace_enable(R, o->trace_path ? (size_t)1 << 20 : 0) != FSDP_OK) goto failed;
@@ -351,7 +351,7 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
     }
     if (o->eval_only) {  // evaluate and/or generate, then exit without training (train_sample.c)
         if (train_eval_only(fs, &model, &o->fsdp.ckpt, val, B, T, o->eval_batches, &o->gen, o->vocab,
-                            (uint64_t)o->seed, world) != FSDP_OK)
+                            (uint64_t)o->training.seed, world) != FSDP_OK)
             goto failed;
         goto done;
     }
@@ -374,26 +374,26 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         memmove(targets, targets + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
     }
     fsdp_adamw_config ac = fsdp_adamw_defaults();
-    ac.lr = o->lr;
-    ac.weight_decay = o->weight_decay;
+    ac.lr = o->training.lr;
+    ac.weight_decay = o->training.weight_decay;
     if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
     // the activations now, not in the first step (their pages' first touch is most of its extra time)
-    nn_ctx reserve_ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, 0);
+    nn_ctx reserve_ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->training.seed, 0);
     if (nn_gpt2_reserve(&reserve_ctx, &model, B, T) != FSDP_OK) goto failed;
     int start_step = 0;
     if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) goto failed;
-    if (cli_ckpt_check_steps("fsdp-train", o->steps, start_step, R)) {
+    if (cli_ckpt_check_steps("fsdp-train", o->training.steps, start_step, R)) {
         rc = 2;
         goto done;
     }
     // a resumed run appends to --log-jsonl (the run it continues logged the earlier steps there)
-    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps, start_step > 0)) {
+    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->training.steps, start_step > 0)) {
         rc = 1;
         goto done;
     }
     if (log.jsonl) cli_config_write_json(&o->config, log.jsonl);  // the first record of this run
     double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
-    for (int step = start_step; step < o->steps; step++) {
+    for (int step = start_step; step < o->training.steps; step++) {
         double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
         fsdp_zero_grad(fs);
         // --deterministic: each micro-step is chunk m x N + R of the step's det_chunks = M x N (the data's
@@ -404,9 +404,9 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         for (int m = 0; m < M; m++) {
             if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
             uint64_t micro_id = det ? ((uint64_t)step * M + m) * N + R : (uint64_t)step * M + m;
-            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, micro_id);
+            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->training.seed, micro_id);
             double micro_loss = 0.0;
-            int sync = !o->no_sync || m == M - 1;  // --no-sync: reduce-scatter only after the last micro-step
+            int sync = !o->training.no_sync || m == M - 1;  // --no-sync: reduce-scatter only after the last micro-step
             if (fsdp_begin_forward(fs, sync) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
                 nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK ||
                 read_loss(&ctx, &model, &micro_loss) != FSDP_OK)  // the log's value, read once per micro-step
@@ -447,13 +447,13 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
                         "unchanged)\n", step, what, value);
             skip = 1;
         }
-        if (o->clip > 0.0f && !skip) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
+        if (o->training.clip > 0.0f && !skip) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->training.clip));
         // the gradients the optimizer sees (after clipping), for the parity tests
-        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
+        if (step == 0 && o->training.dump_grads_path && fsdp_save_full(fs, o->training.dump_grads_path, 1) != FSDP_OK)
             goto failed;
         // cosine: from --lr after the warmup down to --min-lr at the last step (steps - 1)
-        float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps - 1, o->min_lr)
-                                    : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
+        float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->training.lr, o->warmup, o->training.steps - 1, o->min_lr)
+                                    : fsdp_lr_warmup_cosine(step, o->training.lr, o->warmup, o->warmup, o->training.lr);
         if (!skip) fsdp_optimizer_step(fs, lr);
         double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(fs) - c0;
         if (step > start_step) {
@@ -462,40 +462,40 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         }
         train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
                             (double)fsdp_mem_peak_total(), -1.0, norm};
-        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
-            train_evaluate(fs, &model, val, B, T, o->eval_batches, det ? M : 0, (uint64_t)o->seed, world, &rec.val_loss) != FSDP_OK)
+        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->training.steps - 1) &&
+            train_evaluate(fs, &model, val, B, T, o->eval_batches, det ? M : 0, (uint64_t)o->training.seed, world, &rec.val_loss) != FSDP_OK)
             goto failed;
-        if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
+        if (R == 0) train_log_step(&log, &rec, o->training.steps, fsdp_now_sec() - t_start, step + 1 - start_step);
         int stop = 0;  // every rank stops after the same step
         if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
         int64_t global_batch = (int64_t)N * M * B;
         if (stop > 0 && R == 0)  // said before the save: mpirun may stop forwarding output once the ranks exit
             cli_ckpt_say_interrupted("fsdp-train", step,
                                      o->fsdp.ckpt.dir ? "saving a checkpoint (--resume auto continues)"
-                                     : o->save_path   ? "saving the weights"
+                                     : o->training.save_path   ? "saving the weights"
                                                       : "");
-        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop > 0) &&
-            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
+        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->training.steps, stop > 0) &&
+            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->training.seed, global_batch, R) != FSDP_OK)
             goto failed;
         if (stop > 0) {
-            if (o->save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
+            if (o->training.save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
             rc = 130;
             goto done;
         }
     }
     fsdp_os_memory os;
     fsdp_mem_os_usage(&os);
-    if (o->steps - start_step > 1 && R == 0)
+    if (o->training.steps - start_step > 1 && R == 0)
         printf("mean (steps %d..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB, "
                "data pss %.1f MiB)\n",
-               start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
-               (double)tokens_per_step * (o->steps - 1 - start_step) / total_time,
+               start_step + 1, o->training.steps - 1, total_time * 1e3 / (o->training.steps - 1 - start_step),
+               (double)tokens_per_step * (o->training.steps - 1 - start_step) / total_time,
                100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
                (double)os.peak_rss / 1048576.0, (double)os.data_pss / 1048576.0);
     if (R == 0) fsdp_trace_report(stdout, N);
     double shard_sent = 0.0, replica_sent = 0.0;
     fsdp_comm_bytes_by_group(fs, &shard_sent, &replica_sent);
-    double run_steps = o->steps - start_step > 0 ? o->steps - start_step : 1;
+    double run_steps = o->training.steps - start_step > 0 ? o->training.steps - start_step : 1;
     if (o->fsdp.summary && R == 0)  // measured, to hold against fsdp-plan's prediction (bytes)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
                "communication %zu workspace %zu total_peak %zu bytes_sent_per_step %.0f offloaded %zu "
@@ -514,9 +514,9 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
     }
     if (o->gen.max_new_tokens > 0 &&
-        train_sample_generate(fs, &model, &o->gen, o->vocab, T, (uint64_t)o->seed, R, stdout) != FSDP_OK)
+        train_sample_generate(fs, &model, &o->gen, o->vocab, T, (uint64_t)o->training.seed, R, stdout) != FSDP_OK)
         goto failed;
-    if (o->save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
+    if (o->training.save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
     if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
     goto done;
 failed:
@@ -542,8 +542,8 @@ int main(int argc, char **argv) {
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
                                   args, nargs, argc, argv};
-    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
-    if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_config_from_inputs(&o.config, o.training.init_path, &o.fsdp.ckpt)) return 2;
+    if (o.training.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;
@@ -553,11 +553,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp-train: --max-seq %d is smaller than --seq %d\n", o.max_seq, o.seq);
         return 2;
     }
-    if (cli_threads_check_env("fsdp-train", o.threads)) return 2;
-    cli_threads_before_mpi(argv, o.threads);
+    if (cli_threads_check_env("fsdp-train", o.training.threads)) return 2;
+    cli_threads_before_mpi(argv, o.training.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
-    if (cli_threads_setup("fsdp-train", world, o.threads, &o.thread_choice) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_threads_setup("fsdp-train", world, o.training.threads, &o.thread_choice) != FSDP_OK) return fail(fsdp_last_error());
     if (fsdp_comm_rank(world) == 0) fsdp_tunables_warn_unknown("fsdp-train");  // a misspelt FSDP_* variable
     int rc = run(&o, world);
     fsdp_comm_free(world);
