@@ -85,7 +85,8 @@ int main(int argc, char **argv) {
         {"num_layers", "--layers"}, {"d_model", "--d-model"}, {"nhead", "--heads"}, {"dim_feedforward", "--ffn"}};
     cli_model_config mc = {prog, train ? "gpt2" : "transformer_encoder", train ? gpt2_fields : encoder_fields,
                            train ? 5 : 4, args, nargs, pargc, pargv};
-    if (cli_config_from_inputs(&mc, train ? t.init_path : m.init_path, train ? &t.fsdp.ckpt : &m.fsdp.ckpt)) return 2;
+    cli_training_options *run = train ? &t.training : &m.training;
+    if (cli_config_from_inputs(&mc, run->init_path, train ? &t.fsdp.ckpt : &m.fsdp.ckpt)) return 2;
     const cli_fsdp_options *f = train ? &t.fsdp : &m.fsdp;
     fsdp_config cfg;
     if (pf.no_shm && pf.ranks_per_host > 1) {
@@ -95,8 +96,8 @@ int main(int argc, char **argv) {
     }
     int world = pf.world, no_shm = pf.no_shm;
     if (cli_plan_fsdp(prog, f, no_shm, &in, &cfg)) return 2;
+    if (cli_training_resolve_batch(prog, run, train ? &t.fsdp : &m.fsdp, args, nargs, pargc, pargv, world, 1)) return 2;
     if (train) {
-        if (train_resolve_batch(prog, &t, args, nargs, pargc, pargv, world, 1)) return 2;
         if (t.tokenizer_dir) {  // the model's vocabulary, as fsdp-train takes it from the tokenizer
             fsdp_tokenizer *tok = NULL;
             if (fsdp_tokenizer_open(t.tokenizer_dir, &tok) != FSDP_OK) {
@@ -105,7 +106,7 @@ int main(int argc, char **argv) {
             }
             int n = fsdp_tokenizer_vocab(tok);
             fsdp_tokenizer_free(tok);
-            if (!cli_given(args, nargs, pargc, pargv, "--vocab")) t.vocab = t.init_path && t.vocab > n ? t.vocab : n;
+            if (!cli_given(args, nargs, pargc, pargv, "--vocab")) t.vocab = run->init_path && t.vocab > n ? t.vocab : n;
             if (t.vocab < n) {
                 fprintf(stderr, "%s: --vocab %d is smaller than --tokenizer %s's %d token ids\n", prog, t.vocab,
                         t.tokenizer_dir, n);
@@ -113,12 +114,10 @@ int main(int argc, char **argv) {
             }
         }
         t.config = mc;  // the command line, for cli_plan_finish's LoRA check
-        if (t.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     } else {
-        if (minimal_resolve_batch(prog, &m, args, nargs, pargc, pargv, world, 1)) return 2;
         m.config = mc;
-        if (m.no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     }
+    if (run->no_sync) fprintf(stderr, "%s: note: --no-sync is not modelled (the prediction is the synced run's)\n", prog);
     cli_plan_ranks ranks = {world, no_shm, pf.ranks_per_host, pf.intra_gbps, pf.inter_gbps, 0};
     int64_t *block_train = NULL;  // (layers,) with --freeze or LoRA
     if (cli_plan_finish(prog, train ? &t : NULL, train ? NULL : &m, &ranks, 1, &in, &block_train)) return 2;

@@ -24,6 +24,7 @@
 #include "cli/train_lineage.h"
 #include "cli/train_flags.h"
 #include "cli/train_log.h"
+#include "cli/train_loop.h"
 #include "cli/train_sample.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
@@ -88,8 +89,8 @@ static fsdp_status read_loss(const nn_ctx *ctx, const nn_gpt2 *model, double *lo
 
 // --save: the weights, or with adapters what train_lora_save writes.
 static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_gpt2 *model, int rank) {
-    if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->save_path, rank);
-    return cli_save_weights("fsdp-train", fs, o->save_path, rank);
+    if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->training.save_path, rank);
+    return cli_save_weights("fsdp-train", fs, o->training.save_path, rank);
 }
 
 static int fail(const char *msg) {
@@ -101,7 +102,7 @@ static int fail(const char *msg) {
 // layers from the h.N blocks present); heads from the metadata key "n_head" when present, else --heads.
 static fsdp_status dims_from_file(train_options *o) {
     st_file *f = NULL;
-    FSDP_CHECK(st_open(o->init_path, &f));
+    FSDP_CHECK(st_open(o->training.init_path, &f));
     const char *prefix = st_find(f, "wte.weight") ? "" : "transformer.";
     char name[96];
     snprintf(name, sizeof name, "%swte.weight", prefix);
@@ -110,7 +111,7 @@ static fsdp_status dims_from_file(train_options *o) {
     const st_entry *wpe = st_find(f, name);
     fsdp_status s = FSDP_OK;
     if (!wte || !wpe || wte->ndim != 2 || wpe->ndim != 2) {
-        s = fsdp_error(FSDP_ERR_MISSING, "%s: not a GPT-2 file: needs 2-d wte.weight and wpe.weight", o->init_path);
+        s = fsdp_error(FSDP_ERR_MISSING, "%s: not a GPT-2 file: needs 2-d wte.weight and wpe.weight", o->training.init_path);
     } else {
         o->vocab = (int)wte->shape[0];
         o->d_model = (int)wte->shape[1];
@@ -126,9 +127,9 @@ static fsdp_status dims_from_file(train_options *o) {
         long n_head = heads ? strtol(heads, &end, 10) : o->heads;
         if (heads && (end == heads || *end || n_head < 1 || o->d_model % n_head))
             s = fsdp_error(FSDP_ERR_INVALID_ARG, "%s: metadata n_head '%s': expected a positive integer dividing the "
-                           "width %d of wte.weight", o->init_path, heads, o->d_model);
+                           "width %d of wte.weight", o->training.init_path, heads, o->d_model);
         else o->heads = (int)n_head;
-        if (layers == 0) s = fsdp_error(FSDP_ERR_MISSING, "%s: no h.0.* blocks", o->init_path);
+        if (layers == 0) s = fsdp_error(FSDP_ERR_MISSING, "%s: no h.0.* blocks", o->training.init_path);
     }
     st_close(f);
     return s;
@@ -147,7 +148,7 @@ static int open_tokenizer(train_options *o, int R, fsdp_tokenizer **tok) {
     const cli_model_config *c = &o->config;
     int n = fsdp_tokenizer_vocab(*tok);
     if (!cli_given(c->args, c->nargs, c->argc, c->argv, "--vocab"))  // --init's wte may hold more rows
-        o->vocab = o->init_path && o->vocab > n ? o->vocab : n;
+        o->vocab = o->training.init_path && o->vocab > n ? o->vocab : n;
     if (o->vocab < n) {
         if (R == 0)
             fprintf(stderr, "fsdp-train: --vocab %d is smaller than --tokenizer %s's %d token ids\n", o->vocab,
@@ -195,7 +196,7 @@ static int run(train_options *o, fsdp_comm *world) {
     int R = fsdp_comm_rank(world);
     const cli_model_config *c = &o->config;
     if (o->eval_only && train_eval_only_check("fsdp-train", c->args, c->nargs, c->argc, c->argv, &o->fsdp.ckpt,
-                                              o->init_path, o->grad_accum, o->eval_batches, o->gen.max_new_tokens, R))
+                                              o->training.init_path, o->training.grad_accum, o->eval_batches, o->gen.max_new_tokens, R))
         return 2;
     fsdp_tokenizer *tok = NULL;
     if (open_tokenizer(o, R, &tok)) return 2;
@@ -205,15 +206,18 @@ static int run(train_options *o, fsdp_comm *world) {
     return rc;
 }
 
-static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *tok) {
+// The checks made before anything is built: the sampling and FSDP flags, the batch, the evaluation
+// flags, the memory the run needs, --ckpt-dir (created, locked and its lineage decided; released by
+// run's cli_ckpt_close), the output paths, the FSDP configuration (*fcfg) and --input's limits. Returns
+// 0, or 2 after a one-line error.
+static int prepare_run(train_options *o, fsdp_comm *world, fsdp_config *fcfg) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     const cli_model_config *c = &o->config;
     if (train_sample_check("fsdp-train", &o->gen, o->vocab, c->args, c->nargs, c->argc, c->argv, R)) return 2;
     if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
-    if (train_resolve_batch("fsdp-train", o, o->config.args, o->config.nargs, o->config.argc, o->config.argv, N,
-                            R == 0)) {
+    if (cli_training_resolve_batch("fsdp-train", &o->training, &o->fsdp, c->args, c->nargs, c->argc, c->argv, N,
+                                   R == 0))
         return 2;
-    }
     if (o->eval_every > 0 && o->eval_batches == 0) {
         if (R == 0) fprintf(stderr, "fsdp-train: --eval-batches 0 with --eval-every evaluates nothing\n");
         return 2;
@@ -223,18 +227,16 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         return 2;
     }
     if (cli_memory_check_train(o, world)) return 2;  // before anything is built or written
-    // --ckpt-dir: created, locked and its lineage decided (released by run's cli_ckpt_close)
     if (cli_ckpt_open("fsdp-train", &o->fsdp.ckpt, !o->eval_only, world)) return 2;
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
         {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
-        {"--save", o->save_path, CLI_OUT_FILE}, {"--dump-grads", o->dump_grads_path, CLI_OUT_FILE},
+        {"--save", o->training.save_path, CLI_OUT_FILE}, {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
         {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
         {"--plot", o->plot_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-train", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
-    fsdp_config fcfg;
-    if (cli_fsdp_config("fsdp-train", &o->fsdp, &fcfg)) return 2;
-    if (o->input_path && o->grad_accum != 1) {
+    if (cli_fsdp_config("fsdp-train", &o->fsdp, fcfg)) return 2;
+    if (o->input_path && o->training.grad_accum != 1) {
         fprintf(stderr, "fsdp-train: --input holds one fixed batch: it needs --grad-accum 1\n");
         return 2;
     }
@@ -242,294 +244,335 @@ static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *to
         fprintf(stderr, "fsdp-train: --eval-every with --input needs --val-data (there is no training stream)\n");
         return 2;
     }
-    // Everything below is released at `done`, on every return path (the error paths included).
-    int rc = 0;
-    fsdp_data *data = NULL, *val = NULL;
+    return 0;
+}
+
+// A run's data, model, state and buffers: the context of the step loop's hooks (train_loop.h). Released
+// by release_run.
+typedef struct {
+    train_options *o;
+    fsdp_comm *world;
+    fsdp_data *data, *val;  // training and validation data (either may be NULL; val may be a split of data)
     nn_gpt2 model;
-    memset(&model, 0, sizeof model);
-    fsdp_state *fs = NULL;
-    int32_t *idx = NULL, *targets = NULL;  // [N*B, T] token ids and next-token targets
-    double *micro_losses = NULL;           // (grad_accum,) this rank's micro-steps' mean losses
+    fsdp_state *fs;
+    int B, T, M;              // per-rank micro-batch, sequence length, micro-steps per step
+    int64_t tokens_per_step;  // N x M x B x T
+    int32_t *idx, *targets;   // (N * B, T) token ids and next-token targets (rows [0, B) in use)
     train_log log;
-    memset(&log, 0, sizeof log);
+    int start_step;
+    double t_start;                          // when the first step started (the log's ETA)
+    char data_cache[4096], val_cache[4096];  // --tokenizer: the token caches of text --data and --val-data
+} train_run;
+
+// Opens --data and --val-data (tokenized first with --tokenizer), or holds out --data's tail for
+// validation, and checks that the vocabulary covers them. Returns 0, 2 after a one-line flag error, or
+// 1 after printing the failure.
+static int open_data(train_run *r, const fsdp_tokenizer *tok) {
+    train_options *o = r->o;
+    int R = fsdp_comm_rank(r->world);
     // --eval-only evaluates (unless --eval-batches 0) and reads --data only for its held-out split
     int evaluating = o->eval_only ? o->eval_batches > 0 : o->eval_every > 0;
-    char data_cache[4096], val_cache[4096];  // --tokenizer: the token caches of text --data and --val-data
-    if (tokenize_data(tok, o->tokenizer_dir, &o->data_path, data_cache, sizeof data_cache, "--data", world) ||
-        tokenize_data(tok, o->tokenizer_dir, &o->val_path, val_cache, sizeof val_cache, "--val-data", world)) {
-        rc = 2;
-        goto done;
-    }
+    if (tokenize_data(tok, o->tokenizer_dir, &o->data_path, r->data_cache, sizeof r->data_cache, "--data", r->world) ||
+        tokenize_data(tok, o->tokenizer_dir, &o->val_path, r->val_cache, sizeof r->val_cache, "--val-data", r->world))
+        return 2;
     if (!o->input_path && (!o->eval_only || (evaluating && !o->val_path)) &&
-        fsdp_data_open(o->data_path, o->seq, &data) != FSDP_OK)
-        goto failed;
-    if (o->val_path && fsdp_data_open(o->val_path, o->seq, &val) != FSDP_OK) goto failed;
+        fsdp_data_open(o->data_path, o->seq, &r->data) != FSDP_OK)
+        return fail(fsdp_last_error());
+    if (o->val_path && fsdp_data_open(o->val_path, o->seq, &r->val) != FSDP_OK) return fail(fsdp_last_error());
     // no --val-data: hold out the training data's last 10% (training never sees it), as nanoGPT's split
-    if (evaluating && !val && fsdp_data_split_tail(data, EVAL_HOLDOUT_PERCENT, o->seq, &val) != FSDP_OK) {
+    if (evaluating && !r->val && fsdp_data_split_tail(r->data, EVAL_HOLDOUT_PERCENT, o->seq, &r->val) != FSDP_OK) {
         if (R == 0) fprintf(stderr, "fsdp-train: --eval-every without --val-data: %s; pass --val-data\n", fsdp_last_error());
-        rc = 2;
-        goto done;
+        return 2;
     }
-    const fsdp_data *streams[2] = {data, val};  // training and validation data (either may be NULL)
+    const fsdp_data *streams[2] = {r->data, r->val};  // training and validation data (either may be NULL)
     for (int i = 0; i < 2; i++) {
         int data_vocab = streams[i] ? fsdp_data_vocab(streams[i]) : 0;
         if (data_vocab > o->vocab) {
             fprintf(stderr, "fsdp-train: --vocab %d is smaller than the data's %d token ids (%s)\n", o->vocab,
                     data_vocab, fsdp_data_name(streams[i]));
-            rc = 2;
-            goto done;
+            return 2;
         }
     }
+    return 0;
+}
+
+// Creates the model (with LoRA adapters when asked), checks the room the saves need, wraps it and fills
+// its shards (--init, --lora-init), and records the configuration for the files written. Returns 0, 2
+// after a one-line flag error, or 1 after printing the failure.
+static int build_model(train_run *r, fsdp_config fcfg) {
+    train_options *o = r->o;
+    int R = fsdp_comm_rank(r->world);
     nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
-    if (nn_gpt2_create(&model, cfg) != FSDP_OK) goto failed;
+    if (nn_gpt2_create(&r->model, cfg) != FSDP_OK) return fail(fsdp_last_error());
     const cli_model_config *mc = &o->config;
     if (train_lora_check("fsdp-train", &o->lora, cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-alpha"),
                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
-                         cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->save_path, R) ||
-        train_lora_attach("fsdp-train", &o->lora, &model, NULL, R)) {
-        rc = 2;
-        goto done;
-    }
+                         cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-targets"), o->training.save_path,
+                         R) ||
+        train_lora_attach("fsdp-train", &o->lora, &r->model, NULL, R))
+        return 2;
     // room for what the saves will write, before the model is built and trained
-    if (cli_check_save_space("fsdp-train", &model.params, o->eval_only ? NULL : &o->fsdp.ckpt, o->save_path, o->steps,
-                             world)) {
-        rc = 2;
-        goto done;
-    }
-    fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
-    if ((rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, world, (uint64_t)o->seed, o->init_path,
-                             "transformer.", &fs)))
-        goto done;
-    if (train_lora_load(&o->lora, fs) != FSDP_OK) goto failed;
-    if (cli_config_to_state(&o->config, fs)) {
-        rc = 1;
-        goto done;
-    }
-    const fsdp_kernels *k = fsdp_compute_kernels(fs);  // bf16 products under --mixed-precision bf16
-    int B = o->batch, T = o->seq, M = o->grad_accum;
-    int64_t tokens_per_step = (int64_t)N * M * B * T;
-    // spans: kept for --trace, totals only otherwise (the end-of-run report)
-    if (fsdp_trace_enable(R, o->trace_path ? (size_t)1 << 20 : 0) != FSDP_OK) goto failed;
-    if (o->collective_timeout > 0 && N > 1) {
-        pthread_t tid;
-        watchdog_timeout = o->collective_timeout;
-        watchdog_rank = R;
-        if (pthread_create(&tid, NULL, watchdog, NULL) == 0) pthread_detach(tid);
-    }
-    cli_ckpt_catch_signals();
-    if (R == 0) {
-        int64_t numel = nn_params_numel(&model.params), local = fsdp_local_numel(fs), trainable = fsdp_local_grad_numel(fs);
-        printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
-               o->d_model, o->heads, o->vocab, T, numel / 1e6);
-        printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s, precision %s (reduce %s, kernels %s)\n", N,
-               omp_get_max_threads(), fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(fs), o->fsdp.wrap,
-               fsdp_comm_backend(fsdp_shard_comm(fs)), fsdp_dtype_name(fcfg.param_dtype),
-               fcfg.deterministic ? "exact" : fsdp_dtype_name(fcfg.reduce_dtype), k->name);
-        if (fcfg.deterministic)
-            printf("  deterministic: %d chunks of %d sequences per step, %d per rank (docs/deterministic.md)\n",
-                   fcfg.det_chunks, B, M);
-        char threads_line[160];
-        printf("  %s\n", fsdp_threads_describe(&o->thread_choice, threads_line, sizeof threads_line));
-        if (o->eval_only)
-            printf("  eval only (no training): batch %d per rank x %d ranks\n", B, N);
-        else
-            printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
-                   (long long)tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(data));
-        if (val && !o->eval_only)
-            printf("  validation: %d batches of %s every %d steps and after the last\n", o->eval_batches,
-                   fsdp_data_name(val), o->eval_every);
-        if (trainable == local)
-            printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
-                   16.0 * (double)local / 1048576.0, (long long)local);
-        else  // frozen parameters: a shard only
-            printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld trainable + 4 B x %lld frozen shard "
-                   "elements)\n", (4.0 * (double)local + 12.0 * (double)trainable) / 1048576.0, (long long)trainable,
-                   (long long)(local - trainable));
-        cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
-        if (o->fsdp.summary) fsdp_print_summary(fs, stdout);
-        fflush(stdout);
-    }
-    if (o->eval_only) {  // evaluate and/or generate, then exit without training (train_sample.c)
-        if (train_eval_only(fs, &model, &o->fsdp.ckpt, val, B, T, o->eval_batches, &o->gen, o->vocab,
-                            (uint64_t)o->seed, world) != FSDP_OK)
-            goto failed;
-        goto done;
-    }
-    idx = malloc(sizeof(int32_t) * (size_t)N * B * T);
-    targets = malloc(sizeof(int32_t) * (size_t)N * B * T);
-    micro_losses = malloc(sizeof(double) * (size_t)M);
-    if (!idx || !targets || !micro_losses) {
-        rc = fail("out of memory");
-        goto done;
-    }
-    if (o->input_path) {  // one fixed global batch [N*B, T]; this rank keeps rows [R*B, (R+1)*B)
-        st_file *f = NULL;
-        int64_t shape[2] = {(int64_t)N * B, T};
-        if (st_open(o->input_path, &f) != FSDP_OK) goto failed;
-        fsdp_status st = st_read_i32(f, "idx", idx, 2, shape);
-        if (st == FSDP_OK) st = st_read_i32(f, "targets", targets, 2, shape);
-        st_close(f);
-        if (st != FSDP_OK) goto failed;
-        memmove(idx, idx + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
-        memmove(targets, targets + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
-    }
-    fsdp_adamw_config ac = fsdp_adamw_defaults();
-    ac.lr = o->lr;
-    ac.weight_decay = o->weight_decay;
-    if (fsdp_optimizer_create(fs, ac) != FSDP_OK) goto failed;
-    // the activations now, not in the first step (their pages' first touch is most of its extra time)
-    nn_ctx reserve_ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, 0);
-    if (nn_gpt2_reserve(&reserve_ctx, &model, B, T) != FSDP_OK) goto failed;
-    int start_step = 0;
-    if (cli_ckpt_resume(fs, &o->fsdp.ckpt, (int64_t)N * M * B, R, &start_step) != FSDP_OK) goto failed;
-    if (cli_ckpt_check_steps("fsdp-train", o->steps, start_step, R)) {
-        rc = 2;
-        goto done;
-    }
-    // a resumed run appends to --log-jsonl (the run it continues logged the earlier steps there)
-    if (train_log_open(&log, R == 0 ? o->jsonl_path : NULL, o->steps, start_step > 0)) {
-        rc = 1;
-        goto done;
-    }
-    if (log.jsonl) cli_config_write_json(&o->config, log.jsonl);  // the first record of this run
-    double t_start = fsdp_now_sec(), total_time = 0.0, total_comm = 0.0;
-    for (int step = start_step; step < o->steps; step++) {
-        double t0 = fsdp_now_sec(), c0 = fsdp_exposed_comm_seconds(fs), loss = 0.0;
-        fsdp_zero_grad(fs);
-        // --deterministic: each micro-step is chunk m x N + R of the step's det_chunks = M x N (the data's
-        // order), its loss gradient that of its own mean (the engine divides the exact sum by det_chunks),
-        // its dropout keyed on the chunk
-        int det = o->fsdp.deterministic;
-        float grad_scale = fsdp_fault_at_step(FSDP_ENV_TEST_NAN_GRAD, step, R) ? NAN : det ? 1.0f : 1.0f / (float)M;
-        for (int m = 0; m < M; m++) {
-            if (!o->input_path) fsdp_data_batch(data, step, m, M, R, N, B, T, idx, targets);
-            uint64_t micro_id = det ? ((uint64_t)step * M + m) * N + R : (uint64_t)step * M + m;
-            nn_ctx ctx = fsdp_model_ctx(fs, 1, (uint64_t)o->seed, micro_id);
-            double micro_loss = 0.0;
-            int sync = !o->no_sync || m == M - 1;  // --no-sync: reduce-scatter only after the last micro-step
-            if (fsdp_begin_forward(fs, sync) != FSDP_OK || nn_gpt2_forward(&ctx, &model, idx, targets, B, T) != FSDP_OK ||
-                nn_gpt2_backward(&ctx, &model, grad_scale) != FSDP_OK || fsdp_end_backward(fs) != FSDP_OK ||
-                read_loss(&ctx, &model, &micro_loss) != FSDP_OK)  // the log's value, read once per micro-step
-                goto failed;
-            loss += micro_loss / M;
-            micro_losses[m] = micro_loss;
-        }
-        if (fsdp_fault_at_step(FSDP_ENV_TEST_NAN_SHARD, step, R) && poison_grad_shard(fs) != FSDP_OK) goto failed;
-        if (det) {  // the chunks' losses summed in chunk order
-            if (fsdp_det_mean(world, micro_losses, M, 0, &loss) != FSDP_OK) goto failed;
-        } else {
-            if (fsdp_all_reduce_double(world, &loss) != FSDP_OK) goto failed;
-            loss /= N;
-        }
-        if (fsdp_fault_at_step(FSDP_ENV_TEST_NAN_LOSS, step, R)) loss = NAN;
-        // A non-finite loss or gradient (the global norm, which any NaN or Inf element makes non-finite)
-        // stops the run, or with --skip-nonfinite skips the update. The decision is collective: the loss
-        // is all-reduced, and so is a rank's verdict on its norm (replicated strategies compute it
-        // locally). A skipped step changes neither the parameters nor the AdamW state (its step count
-        // and moments), as PyTorch's GradScaler skips optimizer.step(); the schedule still advances.
-        double norm = 0.0;
-        if (fsdp_grad_norm(fs, &norm) != FSDP_OK) goto failed;
-        double bad_norm = isfinite(norm) ? 0.0 : 1.0;
-        if (fsdp_all_reduce_double(world, &bad_norm) != FSDP_OK) goto failed;
-        int skip = 0;
-        if (!isfinite(loss) || bad_norm > 0.0) {
-            const char *what = !isfinite(loss) ? "loss" : "gradient norm";
-            double value = !isfinite(loss) ? loss : isfinite(norm) ? NAN : norm;  // rank 0's norm may be finite
-            if (!o->skip_nonfinite) {
-                if (R == 0)
-                    fprintf(stderr, "fsdp-train: step %d: %s is %g; stopping before the update (lower --lr, add "
-                            "--clip-grad-norm, or pass --skip-nonfinite)\n", step, what, value);
-                rc = 1;
-                goto done;
-            }
-            if (R == 0)
-                fprintf(stderr, "fsdp-train: step %d: %s is %g; skipping this update (parameters and AdamW state "
-                        "unchanged)\n", step, what, value);
-            skip = 1;
-        }
-        if (o->clip > 0.0f && !skip) fsdp_scale_grads(fs, fsdp_clip_coefficient(norm, o->clip));
-        // the gradients the optimizer sees (after clipping), for the parity tests
-        if (step == 0 && o->dump_grads_path && fsdp_save_full(fs, o->dump_grads_path, 1) != FSDP_OK)
-            goto failed;
-        // cosine: from --lr after the warmup down to --min-lr at the last step (steps - 1)
-        float lr = o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->steps - 1, o->min_lr)
-                                    : fsdp_lr_warmup_cosine(step, o->lr, o->warmup, o->warmup, o->lr);
-        if (!skip) fsdp_optimizer_step(fs, lr);
-        double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(fs) - c0;
-        if (step > start_step) {
-            total_time += dt;
-            total_comm += dc;
-        }
-        train_record rec = {step, loss, lr, (double)tokens_per_step / dt, dt * 1e3, 100.0 * dc / dt,
-                            (double)fsdp_mem_peak_total(), -1.0, norm};
-        if (o->eval_every > 0 && ((step + 1) % o->eval_every == 0 || step == o->steps - 1) &&
-            train_evaluate(fs, &model, val, B, T, o->eval_batches, det ? M : 0, (uint64_t)o->seed, world, &rec.val_loss) != FSDP_OK)
-            goto failed;
-        if (R == 0) train_log_step(&log, &rec, o->steps, fsdp_now_sec() - t_start, step + 1 - start_step);
-        int stop = 0;  // every rank stops after the same step
-        if (cli_ckpt_stop_requested(world, &stop) != FSDP_OK) goto failed;
-        int64_t global_batch = (int64_t)N * M * B;
-        if (stop > 0 && R == 0)  // said before the save: mpirun may stop forwarding output once the ranks exit
-            cli_ckpt_say_interrupted("fsdp-train", step,
-                                     o->fsdp.ckpt.dir ? "saving a checkpoint (--resume auto continues)"
-                                     : o->save_path   ? "saving the weights"
-                                                      : "");
-        if (cli_ckpt_due(&o->fsdp.ckpt, step + 1, o->steps, stop > 0) &&
-            cli_ckpt_save(fs, &o->fsdp.ckpt, step + 1, o->seed, global_batch, R) != FSDP_OK)
-            goto failed;
-        if (stop > 0) {
-            if (o->save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
-            rc = 130;
-            goto done;
-        }
-    }
+    if (cli_check_save_space("fsdp-train", &r->model.params, o->eval_only ? NULL : &o->fsdp.ckpt,
+                             o->training.save_path, o->training.steps, r->world))
+        return 2;
+    fsdp_model_desc desc = {&r->model.params, &r->model.blocks, "GPT2Block", "h.%d."};
+    int rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, r->world, (uint64_t)o->training.seed,
+                            o->training.init_path, "transformer.", &r->fs);
+    if (rc) return rc;
+    if (train_lora_load(&o->lora, r->fs) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_config_to_state(&o->config, r->fs)) return 1;
+    return 0;
+}
+
+// The watchdog thread (--collective-timeout), on more than one rank.
+static void start_watchdog(const train_options *o, int N, int R) {
+    if (o->collective_timeout <= 0 || N <= 1) return;
+    pthread_t tid;
+    watchdog_timeout = o->collective_timeout;
+    watchdog_rank = R;
+    if (pthread_create(&tid, NULL, watchdog, NULL) == 0) pthread_detach(tid);
+}
+
+// Rank 0's banner: the model, the ranks and threads, the precision, the batch and data, the memory per
+// rank, and the resolved flags (with --summary, the sharding layout).
+static void print_banner(const train_run *r, fsdp_config fcfg) {
+    const train_options *o = r->o;
+    int N = fsdp_comm_size(r->world), B = r->B, T = r->T, M = r->M;
+    const fsdp_kernels *k = fsdp_compute_kernels(r->fs);  // bf16 products under --mixed-precision bf16
+    int64_t numel = nn_params_numel(&r->model.params), local = fsdp_local_numel(r->fs);
+    int64_t trainable = fsdp_local_grad_numel(r->fs);
+    printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
+           o->d_model, o->heads, o->vocab, T, numel / 1e6);
+    printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s, precision %s (reduce %s, kernels %s)\n", N,
+           omp_get_max_threads(), fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(r->fs), o->fsdp.wrap,
+           fsdp_comm_backend(fsdp_shard_comm(r->fs)), fsdp_dtype_name(fcfg.param_dtype),
+           fcfg.deterministic ? "exact" : fsdp_dtype_name(fcfg.reduce_dtype), k->name);
+    if (fcfg.deterministic)
+        printf("  deterministic: %d chunks of %d sequences per step, %d per rank (docs/deterministic.md)\n",
+               fcfg.det_chunks, B, M);
+    char threads_line[160];
+    printf("  %s\n", fsdp_threads_describe(&o->thread_choice, threads_line, sizeof threads_line));
+    if (o->eval_only)
+        printf("  eval only (no training): batch %d per rank x %d ranks\n", B, N);
+    else
+        printf("  batch %d per rank x %d micro-steps x %d ranks = %lld tokens/step; data: %s\n", B, M, N,
+               (long long)r->tokens_per_step, o->input_path ? o->input_path : fsdp_data_name(r->data));
+    if (r->val && !o->eval_only)
+        printf("  validation: %d batches of %s every %d steps and after the last\n", o->eval_batches,
+               fsdp_data_name(r->val), o->eval_every);
+    if (trainable == local)
+        printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld shard elements)\n",
+               16.0 * (double)local / 1048576.0, (long long)local);
+    else  // frozen parameters: a shard only
+        printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld trainable + 4 B x %lld frozen shard "
+               "elements)\n", (4.0 * (double)local + 12.0 * (double)trainable) / 1048576.0, (long long)trainable,
+               (long long)(local - trainable));
+    cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
+    if (o->fsdp.summary) fsdp_print_summary(r->fs, stdout);
+    fflush(stdout);
+}
+
+// --input: one fixed global batch [N*B, T]; this rank keeps rows [R*B, (R+1)*B) in r->idx, r->targets.
+static fsdp_status load_fixed_batch(train_run *r) {
+    int N = fsdp_comm_size(r->world), R = fsdp_comm_rank(r->world), B = r->B, T = r->T;
+    st_file *f = NULL;
+    int64_t shape[2] = {(int64_t)N * B, T};
+    FSDP_CHECK(st_open(r->o->input_path, &f));
+    fsdp_status st = st_read_i32(f, "idx", r->idx, 2, shape);
+    if (st == FSDP_OK) st = st_read_i32(f, "targets", r->targets, 2, shape);
+    st_close(f);
+    if (st != FSDP_OK) return st;
+    memmove(r->idx, r->idx + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
+    memmove(r->targets, r->targets + (size_t)R * B * T, sizeof(int32_t) * (size_t)B * T);
+    return FSDP_OK;
+}
+
+// The step loop's micro-step (train_loop.h): this rank's micro-batch m of the step (or --input's fixed
+// batch), forward with the loss, backward, and the loss read for the log. FSDP_TEST_NAN_GRAD scales the
+// step's loss gradients by NaN; FSDP_TEST_NAN_SHARD poisons the gradient shard after the last backward.
+static fsdp_status micro_step(void *tool, int step, int m, uint64_t micro_id, int sync, float grad_scale,
+                              double *loss) {
+    train_run *r = tool;
+    const train_options *o = r->o;
+    int N = fsdp_comm_size(r->world), R = fsdp_comm_rank(r->world);
+    if (fsdp_fault_at_step(FSDP_ENV_TEST_NAN_GRAD, step, R)) grad_scale = NAN;
+    if (!o->input_path) fsdp_data_batch(r->data, step, m, r->M, R, N, r->B, r->T, r->idx, r->targets);
+    nn_ctx ctx = fsdp_model_ctx(r->fs, 1, (uint64_t)o->training.seed, micro_id);
+    FSDP_CHECK(fsdp_begin_forward(r->fs, sync));
+    FSDP_CHECK(nn_gpt2_forward(&ctx, &r->model, r->idx, r->targets, r->B, r->T));
+    FSDP_CHECK(nn_gpt2_backward(&ctx, &r->model, grad_scale));
+    FSDP_CHECK(fsdp_end_backward(r->fs));
+    FSDP_CHECK(read_loss(&ctx, &r->model, loss));  // the log's value, read once per micro-step
+    if (m == r->M - 1 && fsdp_fault_at_step(FSDP_ENV_TEST_NAN_SHARD, step, R)) FSDP_CHECK(poison_grad_shard(r->fs));
+    return FSDP_OK;
+}
+
+// The step loop's learning rate: cosine from --lr after the warmup down to --min-lr at the last step
+// (steps - 1), or constant after the warmup.
+static float lr_at(void *tool, int step) {
+    const train_options *o = ((const train_run *)tool)->o;
+    return o->schedule == 0 ? fsdp_lr_warmup_cosine(step, o->training.lr, o->warmup, o->training.steps - 1, o->min_lr)
+                            : fsdp_lr_warmup_cosine(step, o->training.lr, o->warmup, o->warmup, o->training.lr);
+}
+
+// The step loop's log: the evaluation every --eval-every steps and after the last, then rank 0's progress
+// line and --log-jsonl record.
+static fsdp_status log_step(void *tool, const train_loop_step *s) {
+    train_run *r = tool;
+    const train_options *o = r->o;
+    train_record rec = {s->step, s->loss, s->lr, (double)r->tokens_per_step / s->seconds, s->seconds * 1e3,
+                        100.0 * s->exposed_comm_seconds / s->seconds, (double)fsdp_mem_peak_total(), -1.0, s->norm};
+    if (o->eval_every > 0 && ((s->step + 1) % o->eval_every == 0 || s->step == o->training.steps - 1))
+        FSDP_CHECK(train_evaluate(r->fs, &r->model, r->val, r->B, r->T, o->eval_batches,
+                                  o->fsdp.deterministic ? r->M : 0, (uint64_t)o->training.seed, r->world,
+                                  &rec.val_loss));
+    if (fsdp_comm_rank(r->world) == 0)
+        train_log_step(&r->log, &rec, o->training.steps, fsdp_now_sec() - r->t_start, s->step + 1 - r->start_step);
+    return FSDP_OK;
+}
+
+// The step loop's stop: an interrupted run writes --save too.
+static fsdp_status save_on_stop(void *tool) {
+    const train_run *r = tool;
+    if (!r->o->training.save_path) return FSDP_OK;
+    return save_weights(r->o, r->fs, &r->model, fsdp_comm_rank(r->world));
+}
+
+// After the last step: the mean time per step (rank 0), the trace report, and with --summary the
+// measured memory by category (to hold against fsdp-plan's prediction, bytes) and the OS's view of it.
+static void print_totals(const train_run *r, const train_loop_result *t) {
+    const train_options *o = r->o;
+    int N = fsdp_comm_size(r->world), R = fsdp_comm_rank(r->world), steps = o->training.steps;
+    int start_step = r->start_step;
     fsdp_os_memory os;
     fsdp_mem_os_usage(&os);
-    if (o->steps - start_step > 1 && R == 0)
+    if (steps - start_step > 1 && R == 0)
         printf("mean (steps %d..%d): %.1f ms/step, %.0f tok/s, exposed comm %.1f%%, peak memory %.1f MiB (rss %.1f MiB, "
                "data pss %.1f MiB)\n",
-               start_step + 1, o->steps - 1, total_time * 1e3 / (o->steps - 1 - start_step),
-               (double)tokens_per_step * (o->steps - 1 - start_step) / total_time,
-               100.0 * total_comm / total_time, (double)fsdp_mem_peak_total() / 1048576.0,
+               start_step + 1, steps - 1, t->seconds * 1e3 / (steps - 1 - start_step),
+               (double)r->tokens_per_step * (steps - 1 - start_step) / t->seconds,
+               100.0 * t->exposed_comm_seconds / t->seconds, (double)fsdp_mem_peak_total() / 1048576.0,
                (double)os.peak_rss / 1048576.0, (double)os.data_pss / 1048576.0);
     if (R == 0) fsdp_trace_report(stdout, N);
     double shard_sent = 0.0, replica_sent = 0.0;
-    fsdp_comm_bytes_by_group(fs, &shard_sent, &replica_sent);
-    double run_steps = o->steps - start_step > 0 ? o->steps - start_step : 1;
-    if (o->fsdp.summary && R == 0)  // measured, to hold against fsdp-plan's prediction (bytes)
+    fsdp_comm_bytes_by_group(r->fs, &shard_sent, &replica_sent);
+    double run_steps = steps - start_step > 0 ? steps - start_step : 1;
+    if (o->fsdp.summary && R == 0)
         printf("memory rank 0: parameters %zu gradients %zu optimizer %zu unsharded_peak %zu activations_peak %zu "
                "communication %zu workspace %zu total_peak %zu bytes_sent_per_step %.0f offloaded %zu "
                "shard_group_bytes_per_step %.0f replica_group_bytes_per_step %.0f\n",
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS), fsdp_mem_peak(FSDP_MEM_COMM),
                fsdp_mem_peak(FSDP_MEM_WORKSPACE), fsdp_mem_peak_total(),
-               fsdp_comm_bytes_sent(fs) / run_steps, fsdp_offload_bytes(), shard_sent / run_steps,
+               fsdp_comm_bytes_sent(r->fs) / run_steps, fsdp_offload_bytes(), shard_sent / run_steps,
                replica_sent / run_steps);
     if (o->fsdp.summary && R == 0)  // what the OS says, by kind (fsdp_os_memory)
         printf("os memory rank 0: peak_rss %zu rss %zu anon %zu shmem %zu file %zu pss_anon %zu pss_shmem %zu "
                "pss_file %zu data_pss %zu\n",
                os.peak_rss, os.rss, os.anon, os.shmem, os.file, os.pss_anon, os.pss_shmem, os.pss_file, os.data_pss);
+}
+
+// The training steps on the step loop, from the checkpoint --resume names (or from the start). Returns
+// 0 when every step ran, else the tool's exit status (1 after printing the failure).
+static int train_steps(train_run *r) {
+    train_options *o = r->o;
+    int N = fsdp_comm_size(r->world), R = fsdp_comm_rank(r->world);
+    fsdp_adamw_config ac = fsdp_adamw_defaults();
+    ac.lr = o->training.lr;
+    ac.weight_decay = o->training.weight_decay;
+    if (fsdp_optimizer_create(r->fs, ac) != FSDP_OK) return fail(fsdp_last_error());
+    // the activations now, not in the first step (their pages' first touch is most of its extra time)
+    nn_ctx reserve_ctx = fsdp_model_ctx(r->fs, 1, (uint64_t)o->training.seed, 0);
+    if (nn_gpt2_reserve(&reserve_ctx, &r->model, r->B, r->T) != FSDP_OK) return fail(fsdp_last_error());
+    int64_t global_batch = (int64_t)N * r->M * r->B;
+    if (cli_ckpt_resume(r->fs, &o->fsdp.ckpt, global_batch, R, &r->start_step) != FSDP_OK)
+        return fail(fsdp_last_error());
+    if (cli_ckpt_check_steps("fsdp-train", o->training.steps, r->start_step, R)) return 2;
+    // a resumed run appends to --log-jsonl (the run it continues logged the earlier steps there)
+    if (train_log_open(&r->log, R == 0 ? o->jsonl_path : NULL, o->training.steps, r->start_step > 0)) return 1;
+    if (r->log.jsonl) cli_config_write_json(&o->config, r->log.jsonl);  // the first record of this run
+    train_loop loop = {
+        .prog = "fsdp-train", .fs = r->fs, .world = r->world, .start_step = r->start_step,
+        .steps = o->training.steps, .grad_accum = r->M, .no_sync = o->training.no_sync, .clip = o->training.clip,
+        .deterministic = o->fsdp.deterministic, .det_rank_major = 0,  // micro-step m: chunk m x N + R
+        .check_nonfinite = 1, .skip_nonfinite = o->skip_nonfinite, .dump_grads_path = o->training.dump_grads_path,
+        .ckpt = &o->fsdp.ckpt, .seed = o->training.seed, .global_batch = global_batch,
+        .stop_detail = o->fsdp.ckpt.dir          ? "saving a checkpoint (--resume auto continues)"
+                       : o->training.save_path ? "saving the weights"
+                                               : "",
+        .tool = r, .micro_step = micro_step, .lr_at = lr_at, .log_step = log_step, .save_on_stop = save_on_stop};
+    r->t_start = fsdp_now_sec();
+    train_loop_result done;
+    if (train_loop_run(&loop, &done) != FSDP_OK) return fail(fsdp_last_error());
+    if (done.rc) return done.rc;
+    print_totals(r, &done);
+    return 0;
+}
+
+// Trains, then writes the trace, the generated sample, --save and the loss plot. Returns the tool's
+// exit status.
+static int train_and_save(train_run *r) {
+    const train_options *o = r->o;
+    int N = fsdp_comm_size(r->world), R = fsdp_comm_rank(r->world);
+    r->idx = malloc(sizeof(int32_t) * (size_t)N * r->B * r->T);
+    r->targets = malloc(sizeof(int32_t) * (size_t)N * r->B * r->T);
+    if (!r->idx || !r->targets) return fail("out of memory");
+    if (o->input_path && load_fixed_batch(r) != FSDP_OK) return fail(fsdp_last_error());
+    int rc = train_steps(r);
+    if (rc) return rc;
     if (o->trace_path) {
-        if (fsdp_trace_write(world, o->trace_path) != FSDP_OK) goto failed;
+        if (fsdp_trace_write(r->world, o->trace_path) != FSDP_OK) return fail(fsdp_last_error());
         if (R == 0) printf("trace: %s (open in https://ui.perfetto.dev or chrome://tracing)\n", o->trace_path);
     }
     if (o->gen.max_new_tokens > 0 &&
-        train_sample_generate(fs, &model, &o->gen, o->vocab, T, (uint64_t)o->seed, R, stdout) != FSDP_OK)
-        goto failed;
-    if (o->save_path && save_weights(o, fs, &model, R) != FSDP_OK) goto failed;
-    if (R == 0 && o->plot_path && train_log_plot(&log, o->plot_path)) rc = 1;
-    goto done;
-failed:
-    rc = fail(fsdp_last_error());
-done:
-    train_log_close(&log);
-    fsdp_free_state(fs);
-    nn_gpt2_free(&model);
-    if (val && val != data) fsdp_data_close(val);
-    if (data) fsdp_data_close(data);
-    free(idx);
-    free(targets);
-    free(micro_losses);
+        train_sample_generate(r->fs, &r->model, &o->gen, o->vocab, r->T, (uint64_t)o->training.seed, R, stdout) !=
+            FSDP_OK)
+        return fail(fsdp_last_error());
+    if (o->training.save_path && save_weights(o, r->fs, &r->model, R) != FSDP_OK) return fail(fsdp_last_error());
+    if (R == 0 && o->plot_path && train_log_plot(&r->log, o->plot_path)) return 1;
+    return 0;
+}
+
+static void release_run(train_run *r) {
+    train_log_close(&r->log);
+    fsdp_free_state(r->fs);
+    nn_gpt2_free(&r->model);
+    if (r->val && r->val != r->data) fsdp_data_close(r->val);
+    if (r->data) fsdp_data_close(r->data);
+    free(r->idx);
+    free(r->targets);
+}
+
+static int run_with(train_options *o, fsdp_comm *world, const fsdp_tokenizer *tok) {
+    fsdp_config fcfg;
+    int rc = prepare_run(o, world, &fcfg);
+    if (rc) return rc;
+    int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
+    train_run *r = calloc(1, sizeof *r);  // (1,) zeroed: release_run frees what was made
+    if (!r) return fail("out of memory");
+    r->o = o;
+    r->world = world;
+    r->B = o->training.batch, r->T = o->seq, r->M = o->training.grad_accum;
+    r->tokens_per_step = (int64_t)N * r->M * r->B * r->T;
+    if (!(rc = open_data(r, tok)) && !(rc = build_model(r, fcfg))) {
+        // spans: kept for --trace, totals only otherwise (the end-of-run report)
+        if (fsdp_trace_enable(R, o->trace_path ? (size_t)1 << 20 : 0) != FSDP_OK) {
+            rc = fail(fsdp_last_error());
+        } else {
+            start_watchdog(o, N, R);
+            cli_ckpt_catch_signals();
+            if (R == 0) print_banner(r, fcfg);
+            if (o->eval_only) {  // evaluate and/or generate, then exit without training (train_sample.c)
+                if (train_eval_only(r->fs, &r->model, &o->fsdp.ckpt, r->val, r->B, r->T, o->eval_batches, &o->gen,
+                                    o->vocab, (uint64_t)o->training.seed, world) != FSDP_OK)
+                    rc = fail(fsdp_last_error());
+            } else {
+                rc = train_and_save(r);
+            }
+        }
+    }
+    release_run(r);
+    free(r);
     return rc;
 }
 
@@ -542,8 +585,8 @@ int main(int argc, char **argv) {
     if (parsed) return parsed > 0 ? 0 : 2;
     o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
                                   args, nargs, argc, argv};
-    if (cli_config_from_inputs(&o.config, o.init_path, &o.fsdp.ckpt)) return 2;
-    if (o.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_config_from_inputs(&o.config, o.training.init_path, &o.fsdp.ckpt)) return 2;
+    if (o.training.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;
@@ -553,11 +596,11 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fsdp-train: --max-seq %d is smaller than --seq %d\n", o.max_seq, o.seq);
         return 2;
     }
-    if (cli_threads_check_env("fsdp-train", o.threads)) return 2;
-    cli_threads_before_mpi(argv, o.threads);
+    if (cli_threads_check_env("fsdp-train", o.training.threads)) return 2;
+    cli_threads_before_mpi(argv, o.training.threads);
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) return fail(fsdp_last_error());
-    if (cli_threads_setup("fsdp-train", world, o.threads, &o.thread_choice) != FSDP_OK) return fail(fsdp_last_error());
+    if (cli_threads_setup("fsdp-train", world, o.training.threads, &o.thread_choice) != FSDP_OK) return fail(fsdp_last_error());
     if (fsdp_comm_rank(world) == 0) fsdp_tunables_warn_unknown("fsdp-train");  // a misspelt FSDP_* variable
     int rc = run(&o, world);
     fsdp_comm_free(world);

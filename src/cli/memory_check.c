@@ -86,7 +86,8 @@ static int on_cuda(const cli_fsdp_options *f) {
 // The check for fsdp-train's options t or fsdp-minimal's m (the other NULL), resolved; threads per rank.
 static int check(const char *prog, const train_options *t, const minimal_options *m, int threads, fsdp_comm *world) {
     const cli_fsdp_options *f = t ? &t->fsdp : &m->fsdp;
-    if ((t ? t->no_memory_check : m->no_memory_check) || on_cuda(f) || f->offload_dir || (t && t->eval_only)) return 0;
+    const cli_training_options *run = t ? &t->training : &m->training;
+    if (run->no_memory_check || on_cuda(f) || f->offload_dir || (t && t->eval_only)) return 0;
     int N = fsdp_comm_size(world);
     fsdp_comm *node = NULL;  // this host's ranks
     if (fsdp_comm_split_node(world, &node) != FSDP_OK) return 0;
@@ -143,7 +144,8 @@ int cli_memory_check_train(const train_options *o, fsdp_comm *world) {
 int cli_memory_check_minimal(const minimal_options *o, int threads, fsdp_comm *world) {
     minimal_options m = *o;  // the batch resolved here as fsdp-minimal resolves it later, silently
     const cli_model_config *c = &o->config;
-    if (minimal_resolve_batch("fsdp-minimal", &m, c->args, c->nargs, c->argc, c->argv, fsdp_comm_size(world), 0))
+    if (cli_training_resolve_batch("fsdp-minimal", &m.training, &m.fsdp, c->args, c->nargs, c->argc, c->argv,
+                                   fsdp_comm_size(world), 0))
         return 0;
     return check("fsdp-minimal", NULL, &m, threads, world);
 }

@@ -11,7 +11,7 @@
 #include "cli/train_flags.h"
 #include "comm/comm.h"
 
-// fsdp-train's check; o's batch and vocabulary resolved (train_resolve_batch, --tokenizer). Collective
+// fsdp-train's check; o's batch and vocabulary resolved (cli_training_resolve_batch, --tokenizer). Collective
 // over world. Returns 0 to go on, or 2 on every rank after rank 0 printed one line naming what the run
 // needs per rank (by category), the ranks on the host, what is available and from where, and what to
 // change (also 2, on the ranks that printed it, after a flag error of cli_fsdp_config's).

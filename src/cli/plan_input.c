@@ -146,12 +146,14 @@ int cli_plan_finish(const char *prog, const train_options *t, const minimal_opti
     if (t) {
         in->gpt2 = 1;
         in->layers = t->layers, in->d_model = t->d_model, in->heads = t->heads, in->vocab = t->vocab;
-        in->seq = t->seq, in->max_seq = t->max_seq, in->batch = t->batch, in->grad_accum = t->grad_accum;
-        in->threads = t->threads;
+        in->seq = t->seq, in->max_seq = t->max_seq, in->batch = t->training.batch;
+        in->grad_accum = t->training.grad_accum;
+        in->threads = t->training.threads;
     } else {
         in->gpt2 = 0;
         in->layers = m->layers, in->d_model = m->d_model, in->heads = m->heads, in->ffn = m->ffn;
-        in->seq = m->seq, in->batch = m->batch, in->grad_accum = m->grad_accum, in->threads = m->threads;
+        in->seq = m->seq, in->batch = m->training.batch, in->grad_accum = m->training.grad_accum;
+        in->threads = m->training.threads;
     }
     if (r->threads > 0) in->threads = r->threads;
     if (f->deterministic) in->det_limbs = fsdp_det_format(f->det_chunks).limbs;  // det_chunks resolved by the caller
@@ -181,7 +183,7 @@ int cli_plan_finish(const char *prog, const train_options *t, const minimal_opti
         const cli_model_config *c = &t->config;
         if (train_lora_check(prog, &t->lora, cli_given(c->args, c->nargs, c->argc, c->argv, "--lora-alpha"),
                              cli_given(c->args, c->nargs, c->argc, c->argv, "--lora-dropout"),
-                             cli_given(c->args, c->nargs, c->argc, c->argv, "--lora-targets"), t->save_path,
+                             cli_given(c->args, c->nargs, c->argc, c->argv, "--lora-targets"), t->training.save_path,
                              print ? 0 : 1))
             return -1;
     }

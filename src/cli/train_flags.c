@@ -3,17 +3,19 @@
 
 #include <string.h>
 
-#include "cli/cli_threads.h"  // CLI_THREADS_MAX
 
 int train_flags(train_options *o, cli_arg *args) {
     memset(o, 0, sizeof *o);
     o->layers = 4, o->d_model = 256, o->heads = 4, o->vocab = 256, o->seq = 128, o->max_seq = 0;
-    o->batch = 8, o->grad_accum = 1, o->steps = 300, o->seed = 0, o->threads = 0, o->warmup = 20;
-    o->lr = 1e-3f, o->min_lr = 1e-4f, o->weight_decay = 0.01f, o->dropout = 0.0f, o->clip = 1.0f;
+    o->training.batch = 8, o->training.grad_accum = 1, o->training.steps = 300, o->warmup = 20;
+    o->training.lr = 1e-3f, o->min_lr = 1e-4f, o->training.weight_decay = 0.01f, o->dropout = 0.0f;
+    o->training.clip = 1.0f;
     o->eval_batches = 4, o->collective_timeout = 300;
     o->gen = (train_sample_options){NULL, 1.0f, 0, 0, NULL};
     o->lora = (train_lora_options){0, 8.0f, 0.0f, "c_attn", NULL, 0};  // PEFT LoraConfig's defaults for GPT-2
     cli_fsdp_defaults(&o->fsdp);
+    cli_arg common[CLI_TRAINING_NFLAGS];  // the flags shared with fsdp-minimal, placed below in this tool's order
+    cli_training_flags(&o->training, common);
     const cli_arg own[] = {
         {"--layers", ARG_INT, &o->layers, "transformer blocks", 1, 1e5, NULL},
         {"--d-model", ARG_INT, &o->d_model, "model width", 1, 1e6, NULL},
@@ -21,19 +23,19 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--vocab", ARG_INT, &o->vocab, "vocabulary size (>= the data's largest token + 1; 256 for bytes)", 2, 1e7, NULL},
         {"--seq", ARG_INT, &o->seq, "sequence length", 1, 1e6, NULL},
         {"--max-seq", ARG_INT, &o->max_seq, "position table size (0: --seq)", 0, 1e6, NULL},
-        {"--batch", ARG_INT, &o->batch, "per-rank micro-batch (sequences); a step sees world x --grad-accum x --batch", 1, 1e6, NULL},
-        {"--global-batch", ARG_INT, &o->global_batch, "sequences per optimizer step over all ranks: sets --batch to N / (world x --grad-accum), which must divide it; not with --batch (0: use --batch)", 0, 1e9, NULL},
-        {"--grad-accum", ARG_INT, &o->grad_accum, "micro-steps per optimizer step", 1, 1e6, NULL},
-        {"--no-sync", ARG_BOOL, &o->no_sync, "accumulate unsharded gradients locally and reduce once per step (no_sync on all but the last micro-step)", 1, 0, NULL},
-        {"--steps", ARG_INT, &o->steps, "optimizer steps in total (a --resume continues up to it)", 0, 1e9, NULL},
-        {"--lr", ARG_FLOAT, &o->lr, "peak AdamW learning rate", 0, 1e3, NULL},
+        cli_training_flag(common, "--batch"),
+        cli_training_flag(common, "--global-batch"),
+        cli_training_flag(common, "--grad-accum"),
+        cli_training_flag(common, "--no-sync"),
+        cli_training_flag(common, "--steps"),
+        cli_training_flag(common, "--lr"),
         {"--lr-schedule", ARG_CHOICE, &o->schedule, "after --warmup: cosine decay to --min-lr, or constant", 1, 0, "cosine|constant"},
         {"--min-lr", ARG_FLOAT, &o->min_lr, "final learning rate of the cosine schedule", 0, 1e3, NULL},
         {"--warmup", ARG_INT, &o->warmup, "linear warmup steps", 0, 1e9, NULL},
-        {"--weight-decay", ARG_FLOAT, &o->weight_decay, "AdamW weight decay", 0, 1e3, NULL},
+        cli_training_flag(common, "--weight-decay"),
         {"--dropout", ARG_FLOAT, &o->dropout, "embedding/residual/attention dropout", 0, 0.999, NULL},
-        {"--clip-grad-norm", ARG_FLOAT, &o->clip, "clip gradients to this global L2 norm (0: off)", 0, 1e9, NULL},
-        {"--seed", ARG_INT, &o->seed, "seed for init, dropout and sampling", 0, 2147483647, NULL},
+        cli_training_flag(common, "--clip-grad-norm"),
+        cli_training_flag(common, "--seed"),
         {"--data", ARG_STRING, &o->data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
         {"--tokenizer", ARG_STRING, &o->tokenizer_dir, "GPT-2 byte-level BPE: a directory with Hugging Face's vocab.json and merges.txt; text --data/--val-data are encoded with it (cached as FILE.<hash>.bin beside them), --prompt is encoded and the sample decoded through it; --vocab defaults to its size", 1, 0, NULL},
         {"--val-data", ARG_STRING, &o->val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
@@ -46,36 +48,26 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--temperature", ARG_FLOAT, &o->gen.temperature, "sampling temperature (0: greedy argmax)", 0, 1e3, NULL},
         {"--top-k", ARG_INT, &o->gen.top_k, "sample only among the K most likely tokens (0: all)", 0, 1e7, NULL},
         {"--input", ARG_STRING, &o->input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
-        {"--init", ARG_STRING, &o->init_path, "initial weights (Hugging Face GPT-2 safetensors; sizes read from it)", 1, 0, NULL},
-        {"--save", ARG_STRING, &o->save_path, "write the weights here after the last step (rank 0, which prints what it wrote)", 1, 0, NULL},
-        {"--dump-grads", ARG_STRING, &o->dump_grads_path, "write the first step's gradients (after clipping) here", 1, 0, NULL},
+        cli_training_flag(common, "--init"),
+        cli_training_flag(common, "--save"),
+        cli_training_flag(common, "--dump-grads"),
         {"--log-jsonl", ARG_STRING, &o->jsonl_path, "write one JSON object per step here (the first record is the resolved configuration; a resumed run appends)", 1, 0, NULL},
         {"--plot", ARG_STRING, &o->plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
         {"--trace", ARG_STRING, &o->trace_path, "write a Chrome trace (compute and communication spans, one track per rank) here", 1, 0, NULL},
         {"--collective-timeout", ARG_INT, &o->collective_timeout, "abort when a collective blocks this many seconds (0: never)", 0, 1e7, NULL},
         {"--skip-nonfinite", ARG_BOOL, &o->skip_nonfinite, "skip the update of a step whose loss or gradients hold NaN or Inf (default: stop)", 1, 0, NULL},
-        {"--threads", ARG_INT, &o->threads, "OpenMP threads per rank (0: OMP_NUM_THREADS, else the affinity cores / ranks sharing them)", 0, CLI_THREADS_MAX, NULL},
+        cli_training_flag(common, "--threads"),
         {"--lora-rank", ARG_INT, &o->lora.rank, "LoRA (Hugging Face PEFT): add rank-R adapters A (R x in) and B (out x R) to each --lora-targets projection, y = W x + (alpha / R) B A x, and freeze every base parameter; --save then writes the adapters alone (PEFT names) unless --lora-merge-on-save (default: no adapters)", 1, 65536, NULL},
         {"--lora-alpha", ARG_FLOAT, &o->lora.alpha, "LoRA scale numerator: the adapters' output is scaled by alpha / --lora-rank", 0, 1e6, NULL},
         {"--lora-dropout", ARG_FLOAT, &o->lora.dropout, "LoRA: dropout on the adapters' input (training only)", 0, 0.999, NULL},
         {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj", 1, 0, NULL},
         {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (PEFT's adapter_model.safetensors layout, base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R]) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
         {"--lora-merge-on-save", ARG_BOOL, &o->lora.merge_on_save, "LoRA: --save writes the base weights with the adapters merged in (W + alpha / R x (B A)^T for the Conv1D layout: a plain GPT-2 file) instead of the adapters alone", 1, 0, NULL},
-        {"--no-memory-check", ARG_BOOL, &o->no_memory_check, "skip the check, made before anything is built, that fsdp-plan's per-rank memory prediction for this run times the ranks on this host fits in what the host has available (MemAvailable, or a lower cgroup limit); a run predicted not to fit is otherwise refused with the numbers (exit 2). Not made with --device cuda, --offload-dir or --eval-only", 1, 0, NULL},
-        {"--config", ARG_STRING, &o->config_path, "read flags from this file, one 'flag value' a line (# comments); the command line overrides it", 1, 0, NULL},
+        cli_training_flag(common, "--no-memory-check"),
+        cli_training_flag(common, "--config"),
     };
     int n = (int)(sizeof own / sizeof *own);
     _Static_assert(sizeof own / sizeof *own + CLI_FSDP_NFLAGS <= TRAIN_FLAGS_MAX, "TRAIN_FLAGS_MAX too small");
     for (int i = 0; i < n; i++) args[i] = own[i];
     return cli_fsdp_add_flags(args, n, &o->fsdp);
-}
-
-int train_resolve_batch(const char *prog, train_options *o, const cli_arg *args, int nargs, int argc, char **argv,
-                        int world, int print) {
-    if (o->fsdp.deterministic)
-        return cli_det_resolve(prog, print, &o->fsdp, cli_given(args, nargs, argc, argv, "--batch"),
-                               cli_given(args, nargs, argc, argv, "--grad-accum"), o->no_sync, &o->batch,
-                               &o->global_batch, &o->grad_accum, world);
-    return cli_batch_resolve(prog, print, cli_given(args, nargs, argc, argv, "--batch"), &o->batch, &o->global_batch,
-                             o->grad_accum, world);
 }

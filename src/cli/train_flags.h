@@ -7,20 +7,21 @@
 #include "cli/model_config.h"
 #include "cli/train_lora.h"
 #include "cli/train_sample.h"
+#include "cli/training_flags.h"
 #include "core/threads.h"
 
 typedef struct {
-    int layers, d_model, heads, vocab, seq, max_seq, batch, global_batch, grad_accum, steps, seed, threads, warmup;
-    int schedule, eval_every, eval_batches, collective_timeout, skip_nonfinite, no_sync;
+    int layers, d_model, heads, vocab, seq, max_seq, warmup;
+    int schedule, eval_every, eval_batches, collective_timeout, skip_nonfinite;
     int eval_only;             // --eval-only: evaluate and/or generate from --init or --resume, no training
-    int no_memory_check;       // --no-memory-check: skip the up-front memory check (memory_check.h)
     train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
-    cli_fsdp_options fsdp;  // the flags shared with fsdp-minimal
+    cli_training_options training;  // --steps --lr --batch ...: the training flags shared with fsdp-minimal
+    cli_fsdp_options fsdp;  // the FSDP flags shared with fsdp-minimal
     train_lora_options lora;  // --lora-* (train_lora.h)
-    float lr, min_lr, weight_decay, dropout, clip;
+    float min_lr, dropout;
     const char *tokenizer_dir;  // --tokenizer: GPT-2 BPE files (data/tokenizer.h)
-    const char *data_path, *val_path, *input_path, *init_path, *save_path, *dump_grads_path;
-    const char *jsonl_path, *plot_path, *trace_path, *config_path;  // config_path: --config (cli_config_argv)
+    const char *data_path, *val_path, *input_path;
+    const char *jsonl_path, *plot_path, *trace_path;
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
     cli_model_config config;            // what the files written record (model_config.h)
 } train_options;
@@ -31,9 +32,3 @@ typedef struct {
 // Sets o to fsdp-train's defaults and writes its flags (targets in o) to args[0..TRAIN_FLAGS_MAX);
 // returns how many.
 int train_flags(train_options *o, cli_arg *args);
-
-// --global-batch G (sequences per optimizer step) sets --batch to G / (world x --grad-accum). Given
-// with --batch, or not divisible, it prints one line naming the flags and values and returns -1;
-// otherwise 0 (o->batch is then the per-rank micro-batch either way).
-int train_resolve_batch(const char *prog, train_options *o, const cli_arg *args, int nargs, int argc, char **argv,
-                        int world, int print);
