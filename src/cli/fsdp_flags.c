@@ -86,23 +86,19 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank) 
 
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg) {
     *cfg = fsdp_config_default();
-    if (o->device) {
-        if (strcasecmp(o->device, "cpu") != 0 && strcasecmp(o->device, "guard") != 0 &&
-            strncasecmp(o->device, "cuda", 4) != 0) {
-            fprintf(stderr, "%s: --device: expected cpu, guard, cuda or cuda:N, got '%s'\n", prog, o->device);
+    if (o->device) {  // opened once here: a bad name or a missing GPU is a one-line error, not an abort at first use
+        fsdp_dev *probe = NULL;
+        if (fsdp_dev_open(o->device, &probe) != FSDP_OK) {
+            fprintf(stderr, "%s: --device %s: %s\n", prog, o->device, fsdp_last_error());
             return -1;
         }
-        if (strncasecmp(o->device, "cuda", 4) == 0) {  // a one-line error here, not an abort at first use
-            fsdp_dev *probe = NULL;
-            if (fsdp_dev_open(o->device, &probe) != FSDP_OK) {
-                fprintf(stderr, "%s: --device %s: %s\n", prog, o->device, fsdp_last_error());
-                return -1;
-            }
-            fsdp_dev_close(probe);
-            if (o->cpu_offload) {  // not a silent no-op: the GPU path does not move anything to the host yet
-                fprintf(stderr, "%s: --cpu-offload: not implemented on the cuda device yet (docs/cuda.md)\n", prog);
-                return -1;
-            }
+        fsdp_dev_caps caps;
+        fsdp_dev_capabilities(probe, &caps);
+        const char *name = fsdp_dev_name(probe);  // (the backend's: it outlives the device)
+        fsdp_dev_close(probe);
+        if (o->cpu_offload && !caps.host_memory) {  // not a silent no-op: nothing moves to the host there yet
+            fprintf(stderr, "%s: --cpu-offload: not implemented on the %s device yet (docs/cuda.md)\n", prog, name);
+            return -1;
         }
         setenv("FSDP_DEVICE", o->device, 1);  // read once, by the first fsdp_dev_default()
     }

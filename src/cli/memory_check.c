@@ -7,11 +7,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 #include "cli/plan_input.h"
 #include "core/mem_available.h"
-#include "core/tunables.h"
 
 #define MIB 1048576.0
 
@@ -77,17 +75,11 @@ static void say_refused(const char *prog, const fsdp_plan *p, const fsdp_plan_in
             src > 0 && src < N_SOURCES ? sources[src] : "?", remedies(in, fix, sizeof fix));
 }
 
-// Whether the run's device is CUDA's (--device, else FSDP_DEVICE): its memory is not the host's.
-static int on_cuda(const cli_fsdp_options *f) {
-    const char *d = f->device ? f->device : fsdp_tunable(FSDP_ENV_DEVICE);
-    return d && strncasecmp(d, "cuda", 4) == 0;
-}
-
 // The check for fsdp-train's options t or fsdp-minimal's m (the other NULL), resolved; threads per rank.
 static int check(const char *prog, const train_options *t, const minimal_options *m, int threads, fsdp_comm *world) {
     const cli_fsdp_options *f = t ? &t->fsdp : &m->fsdp;
     const cli_training_options *run = t ? &t->training : &m->training;
-    if (run->no_memory_check || on_cuda(f) || f->offload_dir || (t && t->eval_only)) return 0;
+    if (run->no_memory_check || f->offload_dir || (t && t->eval_only)) return 0;
     int N = fsdp_comm_size(world);
     fsdp_comm *node = NULL;  // this host's ranks
     if (fsdp_comm_split_node(world, &node) != FSDP_OK) return 0;
@@ -102,6 +94,12 @@ static int check(const char *prog, const train_options *t, const minimal_options
     if (cli_plan_fsdp(prog, f, no_shm, &in, &cfg)) {  // a flag error, printed: the tool would stop on it too
         fsdp_comm_free(node);
         return 2;
+    }
+    fsdp_dev_caps caps;
+    fsdp_dev_capabilities(cfg.device, &caps);
+    if (!caps.host_memory) {  // the device's memory is not the host's (cuda): the host's limit does not bound it
+        fsdp_comm_free(node);
+        return 0;
     }
     if (cli_plan_finish(prog, t, m, &ranks, 0, &in, &block_train)) {  // the tool reports it, later
         fsdp_comm_free(node);
