@@ -23,7 +23,6 @@
 #include "cli/train_loop.h"
 #include "comm/comm.h"
 #include "core/alloc.h"
-#include "core/timer.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
 #include "nn/encoder_stack.h"
