@@ -19,9 +19,12 @@ int fsdp_comm_size(const fsdp_comm *c) { abort(); }
 void fsdp_free_state(fsdp_state *s) { abort(); }
 fsdp_status fsdp_freeze_matching(nn_params *ps, const char *list) { abort(); }
 fsdp_dev *fsdp_dev_default(void) { return NULL; }  // cli_fsdp_config records it; the harness never uses it
-// --device cuda opens the device once to report a missing GPU as a one-line error: no GPU here
+// --device opens the device once to report a bad name or a missing GPU as a one-line error: here every
+// open fails (no device in the harness), so its capabilities and name are never asked for
 fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
     *out = NULL;
     return fsdp_error(FSDP_ERR_INVALID_ARG, "device %s: not in the fuzz harness", name);
 }
 void fsdp_dev_close(fsdp_dev *d) { abort(); }
+void fsdp_dev_capabilities(const fsdp_dev *d, fsdp_dev_caps *out) { abort(); }
+const char *fsdp_dev_name(const fsdp_dev *d) { abort(); }
