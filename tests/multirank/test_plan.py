@@ -21,13 +21,13 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
 from fsdp_testlib import Checker, mpirun, parse_args, proc  # noqa: E402
 
-# Under the sanitizers (make test-asan sets FSDP_SANITIZER_REPORTS) ASan's shadow memory, redzones and
+# Under the sanitizers (make test-asan sets SANITIZER_REPORTS_DIR) ASan's shadow memory, redzones and
 # quarantine are part of what the OS sees, so the accounting-vs-OS checks only run in the plain build;
 # plan == accounted is checked in both.
 # Under the guard device (FSDP_DEVICE=guard) a freed block goes back to the OS at once (MADV_DONTNEED)
 # where glibc keeps freed memory, so the data PSS read at the end of a run is below the peak by what was
 # freed after it (~48 MB at GPT-2's vocabulary, at 1 and 2 ranks): those checks run on the CPU device.
-SANITIZED = bool(os.environ.get("FSDP_SANITIZER_REPORTS"))
+SANITIZED = bool(os.environ.get("SANITIZER_REPORTS_DIR"))
 GUARD = os.environ.get("FSDP_DEVICE") == "guard"
 if SANITIZED:
     print("sanitized build: the accounted-vs-data-PSS checks are skipped (ASan's own memory is in the PSS)")

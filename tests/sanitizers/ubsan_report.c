@@ -1,7 +1,7 @@
 // ubsan_report.c: linked into every executable of the sanitized build (FSDP_SANITIZE). UBSan (GCC's
 // libubsan next to libasan) ignores log_path and reports on stderr only, where a test that captures a
 // child's stderr and expects it to fail would never show it. UBSan calls this hook on each report:
-// it writes the finding into $FSDP_SANITIZER_REPORTS (set by run-sanitized.sh), which fails the test.
+// it writes the finding into $SANITIZER_REPORTS_DIR (set by run-sanitized.sh), which fails the test.
 #include <stdio.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -11,7 +11,7 @@ void __ubsan_get_current_report_data(const char **kind, const char **message, co
                                      unsigned *col, char **memory_addr);
 
 void __ubsan_on_report(void) {
-    const char *dir = getenv("FSDP_SANITIZER_REPORTS");
+    const char *dir = getenv("SANITIZER_REPORTS_DIR");
     if (!dir) return;
     const char *kind = "", *message = "", *file = "";  // owned by the runtime, valid during the report
     unsigned line = 0, col = 0;
