@@ -278,6 +278,18 @@ int cli_value_set(const cli_arg *a, const char *text) {
         v = strcmp(text, "true") == 0;
     } else if (a->type == ARG_CHOICE) {
         if ((v = choice_index(a->choices, text)) < 0) return -1;
+    } else if (a->type == ARG_STRING) {  // copied: the text may be a file's, freed before the flag is read
+        char *copy = strdup(text);
+        if (!copy) return -1;
+        *(const char **)a->target = copy;  // lives until the process ends, as the command line's strings
+        return 0;
+    } else if (a->type == ARG_FLOAT) {
+        char *end = NULL;
+        errno = 0;
+        float f = strtof(text, &end);
+        if (!*text || *end || errno || f != f || (a->min <= a->max && (f < a->min || f > a->max))) return -1;
+        *(float *)a->target = f;
+        return 0;
     } else {
         return -1;
     }

@@ -25,7 +25,7 @@ int cli_given(const cli_arg *args, int nargs, int argc, char **argv, const char 
 // a's current value as text: the number, the choice's name, true/false, the string; 0 when it has none
 // (an unset string), 1 when written.
 int cli_value_text(const cli_arg *a, char *buf, size_t cap);
-// Sets an int, bool or choice flag's target from such text; -1 (target untouched) when it does not parse
+// Sets an int, float, string (copied), bool or choice flag's target from such text; -1 (target untouched) when it does not parse
 // or is outside the flag's range.
 int cli_value_set(const cli_arg *a, const char *text);
 

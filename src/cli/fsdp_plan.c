@@ -77,6 +77,11 @@ int main(int argc, char **argv) {
     nargs = add_plan_flags(args, nargs, &pf);
     int parsed = cli_parse(prog, train ? TRAIN_SUMMARY : MINIMAL_SUMMARY, args, nargs, pargc, pargv);
     if (parsed) return parsed > 0 ? 0 : 2;
+    if (train && t.arch != 0) {  // the planner's model is GPT-2's: say so rather than plan the wrong one
+        fprintf(stderr, "%s: --arch llama: fsdp-plan train plans GPT-2 models only (Llama shapes are not planned yet)\n",
+                prog);
+        return 2;
+    }
     // a --init or --resume file that records the model's shape sets it, as in the tool
     static const cli_config_field gpt2_fields[] = {
         {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},

@@ -1,5 +1,5 @@
-// fsdp_train.c: the GPT trainer. Trains a GPT-2-architecture model (Hugging Face names and layouts)
-// with FSDP across MPI ranks (or as a plain process) on byte-level text, llm.c .bin token files, or a
+// fsdp_train.c: the language-model trainer. Trains a GPT-2 or Llama-family model (Hugging Face names
+// and layouts; nn/causal_lm.h) with FSDP across MPI ranks (or as a plain process) on byte-level text, llm.c .bin token files, or a
 // built-in corpus. --batch is the per-rank micro-batch: a step sees world x grad-accum x batch
 // sequences (--global-batch sets that product), in the order fsdp_data_batch documents. Rank 0 prints a
 // banner and a progress line per step; --log-jsonl, --plot, --max-new-tokens, --eval-every add records,
@@ -34,7 +34,7 @@
 #include "data/tokenizer.h"
 #include "fsdp/fsdp.h"
 #include "kernels/kernels.h"
-#include "nn/gpt2.h"
+#include "nn/causal_lm.h"
 #include "prof/trace.h"
 #include "core/tunables.h"
 #include <errno.h>
@@ -45,6 +45,14 @@
 static const cli_config_field gpt2_fields[] = {
     {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},
     {"n_positions", "--max-seq"}};
+// The Llama configuration (Hugging Face LlamaConfig names; qkv_bias and rope_scaling in this tool's
+// spelling), and the flags setting it.
+static const cli_config_field llama_fields[] = {
+    {"num_hidden_layers", "--layers"}, {"hidden_size", "--d-model"}, {"num_attention_heads", "--heads"},
+    {"num_key_value_heads", "--kv-heads"}, {"head_dim", "--head-dim"}, {"intermediate_size", "--d-ff"},
+    {"vocab_size", "--vocab"}, {"max_position_embeddings", "--max-seq"}, {"rope_theta", "--rope-theta"},
+    {"rms_norm_eps", "--rms-eps"}, {"tie_word_embeddings", "--tie-embeddings"}, {"attention_bias", "--attention-bias"},
+    {"qkv_bias", "--qkv-bias"}, {"mlp_bias", "--mlp-bias"}, {"rope_scaling", "--rope-scaling"}};
 
 #define EVAL_HOLDOUT_PERCENT 10  // --eval-every without --val-data validates on this last part of --data
 
@@ -83,12 +91,12 @@ static fsdp_status poison_grad_shard(fsdp_state *fs) {
 }
 
 // The mean loss of the model's last forward (a device scalar), read for the log.
-static fsdp_status read_loss(const nn_ctx *ctx, const nn_gpt2 *model, double *loss) {
-    return fsdp_dev_read(ctx->stream, loss, model->loss, sizeof *loss);
+static fsdp_status read_loss(const nn_ctx *ctx, const nn_lm *model, double *loss) {
+    return fsdp_dev_read(ctx->stream, loss, nn_lm_loss(model), sizeof *loss);
 }
 
 // --save: the weights, or with adapters what train_lora_save writes.
-static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_gpt2 *model, int rank) {
+static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_lm *model, int rank) {
     if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->training.save_path, rank);
     return cli_save_weights("fsdp-train", fs, o->training.save_path, rank);
 }
@@ -98,9 +106,10 @@ static int fail(const char *msg) {
     return 1;
 }
 
-// --init: the model's dimensions come from the file (vocab and width from wte, positions from wpe,
-// layers from the h.N blocks present); heads from the metadata key "n_head" when present, else --heads.
-static fsdp_status dims_from_file(train_options *o) {
+// --init of a GPT-2 file: the model's dimensions come from the file (vocab and width from wte, positions
+// from wpe, layers from the h.N blocks present); heads from the metadata key "n_head" when present, else
+// --heads.
+static fsdp_status gpt2_dims_from_file(train_options *o) {
     st_file *f = NULL;
     FSDP_CHECK(st_open(o->training.init_path, &f));
     const char *prefix = st_find(f, "wte.weight") ? "" : "transformer.";
@@ -133,6 +142,136 @@ static fsdp_status dims_from_file(train_options *o) {
     }
     st_close(f);
     return s;
+}
+
+// --init of a Llama file: vocab and width from model.embed_tokens.weight, layers from the
+// model.layers.N blocks present, the MLP's width from gate_proj, heads from the metadata key
+// "num_attention_heads" when present (else --heads), the head width from q_proj, key/value heads from
+// k_proj, the biases and the untied head from the tensors present. Positions (--max-seq) are not in
+// the tensors: the metadata's, else the flag's.
+static fsdp_status llama_dims_from_file(train_options *o) {
+    st_file *f = NULL;
+    FSDP_CHECK(st_open(o->training.init_path, &f));
+    const char *path = o->training.init_path;
+    const st_entry *emb = st_find(f, "model.embed_tokens.weight");
+    const st_entry *q = st_find(f, "model.layers.0.self_attn.q_proj.weight");
+    const st_entry *k = st_find(f, "model.layers.0.self_attn.k_proj.weight");
+    const st_entry *gate = st_find(f, "model.layers.0.mlp.gate_proj.weight");
+    fsdp_status s = FSDP_OK;
+    const char *heads = st_metadata(f, "num_attention_heads");
+    char *end = NULL;
+    long n_head = heads ? strtol(heads, &end, 10) : o->heads;
+    if (!emb || emb->ndim != 2) {
+        s = fsdp_error(FSDP_ERR_MISSING, "%s: not a Llama file: needs a 2-d model.embed_tokens.weight", path);
+    } else if (!q || !k || !gate || q->ndim != 2 || k->ndim != 2 || gate->ndim != 2) {
+        s = fsdp_error(FSDP_ERR_MISSING, "%s: no model.layers.0 q_proj, k_proj and gate_proj weights (2-d)", path);
+    } else if (heads && (end == heads || *end || n_head < 1 || q->shape[0] % n_head)) {
+        s = fsdp_error(FSDP_ERR_INVALID_ARG, "%s: metadata num_attention_heads '%s': expected a positive integer "
+                       "dividing q_proj's %lld rows", path, heads, (long long)q->shape[0]);
+    } else if (q->shape[0] % n_head || k->shape[0] % (q->shape[0] / n_head) ||
+               n_head % (k->shape[0] / (q->shape[0] / n_head))) {
+        s = fsdp_error(FSDP_ERR_SHAPE, "%s: q_proj [%lld, %lld] and k_proj [%lld, %lld] do not make %ld heads with "
+                       "key/value heads dividing them (pass --heads)", path, (long long)q->shape[0],
+                       (long long)q->shape[1], (long long)k->shape[0], (long long)k->shape[1], n_head);
+    } else {
+        o->vocab = (int)emb->shape[0];
+        o->d_model = (int)emb->shape[1];
+        o->heads = (int)n_head;
+        o->head_dim = (int)(q->shape[0] / n_head);
+        o->kv_heads = (int)(k->shape[0] / o->head_dim);
+        o->d_ff = (int)gate->shape[0];
+        o->tie_embeddings = !st_find(f, "lm_head.weight");
+        int qkv_bias = st_find(f, "model.layers.0.self_attn.q_proj.bias") != NULL;
+        int o_bias = st_find(f, "model.layers.0.self_attn.o_proj.bias") != NULL;
+        o->attention_bias = qkv_bias && o_bias;
+        o->qkv_bias = qkv_bias && !o_bias;
+        o->mlp_bias = st_find(f, "model.layers.0.mlp.gate_proj.bias") != NULL;
+        int layers = 0;
+        for (char name[96];; layers++) {
+            snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layers);
+            if (!st_find(f, name)) break;
+        }
+        o->layers = layers;
+    }
+    st_close(f);
+    return s;
+}
+
+// --init: the model's dimensions from the file, as its architecture lays them out
+static fsdp_status dims_from_file(train_options *o) {
+    return o->arch == 1 ? llama_dims_from_file(o) : gpt2_dims_from_file(o);
+}
+
+// The architecture a run builds: --arch, else the model_type the --init file or the --resume checkpoint
+// records (a file without one: Llama when it holds model.embed_tokens.weight), else GPT-2. Returns 0,
+// or 2 after a one-line error.
+static int choose_arch(train_options *o, const cli_arg *args, int nargs, int argc, char **argv) {
+    if (cli_given(args, nargs, argc, argv, "--arch")) return 0;
+    char type[64] = "";
+    if (cli_config_recorded_model_type(o->training.init_path, &o->fsdp.ckpt, type, sizeof type) != FSDP_OK) {
+        fprintf(stderr, "fsdp-train: %s\n", fsdp_last_error());
+        return 2;
+    }
+    if (!type[0] && o->training.init_path) {  // a file without metadata: its tensor names tell
+        st_file *f = NULL;
+        if (st_open(o->training.init_path, &f) == FSDP_OK) {
+            if (st_find(f, "model.embed_tokens.weight")) snprintf(type, sizeof type, "llama");
+            st_close(f);
+        }
+    }
+    if (!strcmp(type, "llama") || !strcmp(type, "mistral") || !strcmp(type, "qwen2")) o->arch = 1;
+    else if (type[0] && strcmp(type, "gpt2")) {
+        fprintf(stderr, "fsdp-train: %s records model_type %s; this tool builds gpt2 and llama\n",
+                o->training.init_path ? o->training.init_path : "the checkpoint", type);
+        return 2;
+    }
+    return 0;
+}
+
+// Llama's defaults that depend on other flags (--kv-heads, --head-dim, --d-ff 0), resolved so that the
+// files record the sizes built, and its checks. Returns 0, or 2 after a one-line error.
+static int resolve_llama_shape(train_options *o) {
+    if (!o->kv_heads) o->kv_heads = o->heads;
+    if (!o->head_dim) {
+        if (o->d_model % o->heads) {
+            fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d (or give --head-dim)\n", o->heads,
+                    o->d_model);
+            return 2;
+        }
+        o->head_dim = o->d_model / o->heads;
+    }
+    if (!o->d_ff) o->d_ff = (8 * o->d_model / 3 + 255) / 256 * 256;  // Meta's multiple_of = 256
+    if (o->heads % o->kv_heads) {
+        fprintf(stderr, "fsdp-train: --kv-heads %d must divide --heads %d\n", o->kv_heads, o->heads);
+        return 2;
+    }
+    if (o->head_dim % 2) {
+        fprintf(stderr, "fsdp-train: --head-dim %d must be even (the rotary embedding rotates pairs)\n", o->head_dim);
+        return 2;
+    }
+    if (o->attention_bias && o->qkv_bias) {
+        fprintf(stderr, "fsdp-train: --attention-bias already puts biases on q/k/v: drop --qkv-bias\n");
+        return 2;
+    }
+    return 0;
+}
+
+// --rope-scaling llama3:FACTOR,LOW,HIGH,ORIGINAL into cfg. Returns 0, or 2 after a one-line error.
+static int parse_rope_scaling(const char *text, nn_llama_config *cfg) {
+    if (!text) return 0;
+    double factor = 0, low = 0, high = 0;
+    int orig = 0, used = 0;
+    if (sscanf(text, "llama3:%lf,%lf,%lf,%d%n", &factor, &low, &high, &orig, &used) != 4 || text[used] ||
+        factor < 1.0 || low <= 0.0 || high <= low || orig < 1) {
+        fprintf(stderr, "fsdp-train: --rope-scaling '%s': expected llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,"
+                "ORIGINAL_MAX_POSITIONS with FACTOR >= 1 and 0 < LOW < HIGH (the llama3 type is the one supported)\n",
+                text);
+        return 2;
+    }
+    cfg->rope_llama3 = 1;
+    cfg->rope_factor = factor, cfg->rope_low_freq_factor = low, cfg->rope_high_freq_factor = high;
+    cfg->rope_original_max_seq = orig;
+    return 0;
 }
 
 // --tokenizer: opens it (every rank reads the files) into *tok, and gives the model its vocabulary
@@ -253,7 +392,7 @@ typedef struct {
     train_options *o;
     fsdp_comm *world;
     fsdp_data *data, *val;  // training and validation data (either may be NULL; val may be a split of data)
-    nn_gpt2 model;
+    nn_lm model;
     fsdp_state *fs;
     int B, T, M;              // per-rank micro-batch, sequence length, micro-steps per step
     int64_t tokens_per_step;  // N x M x B x T
@@ -302,8 +441,18 @@ static int open_data(train_run *r, const fsdp_tokenizer *tok) {
 static int build_model(train_run *r, fsdp_config fcfg) {
     train_options *o = r->o;
     int R = fsdp_comm_rank(r->world);
-    nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
-    if (nn_gpt2_create(&r->model, cfg) != FSDP_OK) return fail(fsdp_last_error());
+    fsdp_status created;
+    if (o->arch == 1) {
+        nn_llama_config cfg = {o->vocab, o->max_seq, o->layers, o->d_model, o->heads, o->kv_heads, o->head_dim,
+                               o->d_ff, o->rms_eps, (double)o->rope_theta, 0, 0, 0, 0, 0, o->tie_embeddings,
+                               o->attention_bias || o->qkv_bias, o->attention_bias, o->mlp_bias, o->dropout, 0.02f};
+        if (parse_rope_scaling(o->rope_scaling, &cfg)) return 2;
+        created = nn_lm_create_llama(&r->model, cfg);
+    } else {
+        nn_gpt2_config cfg = {o->vocab, o->max_seq, o->layers, o->heads, o->d_model, o->dropout, 1e-5f};
+        created = nn_lm_create_gpt2(&r->model, cfg);
+    }
+    if (created != FSDP_OK) return fail(fsdp_last_error());
     const cli_model_config *mc = &o->config;
     if (train_lora_check("fsdp-train", &o->lora, cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-alpha"),
                          cli_given(mc->args, mc->nargs, mc->argc, mc->argv, "--lora-dropout"),
@@ -312,14 +461,16 @@ static int build_model(train_run *r, fsdp_config fcfg) {
         train_lora_attach("fsdp-train", &o->lora, &r->model, NULL, R))
         return 2;
     // room for what the saves will write, before the model is built and trained
-    if (cli_check_save_space("fsdp-train", &r->model.params, o->eval_only ? NULL : &o->fsdp.ckpt,
+    if (cli_check_save_space("fsdp-train", nn_lm_params(&r->model), o->eval_only ? NULL : &o->fsdp.ckpt,
                              o->training.save_path, o->training.steps, r->world))
         return 2;
-    fsdp_model_desc desc = {&r->model.params, &r->model.blocks, "GPT2Block", "h.%d."};
+    fsdp_model_desc desc = {nn_lm_params(&r->model), nn_lm_blocks(&r->model), nn_lm_block_type(&r->model),
+                            nn_lm_block_prefix(&r->model)};
+    const char *alt_prefix = nn_lm_hf_prefix(&r->model);
     int rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, r->world, (uint64_t)o->training.seed,
-                            o->training.init_path, "transformer.", &r->fs);
+                            o->training.init_path, alt_prefix[0] ? alt_prefix : NULL, &r->fs);
     if (rc) return rc;
-    if (train_lora_load(&o->lora, r->fs) != FSDP_OK) return fail(fsdp_last_error());
+    if (train_lora_load(&o->lora, &r->model, r->fs) != FSDP_OK) return fail(fsdp_last_error());
     if (cli_config_to_state(&o->config, r->fs)) return 1;
     return 0;
 }
@@ -339,10 +490,15 @@ static void print_banner(const train_run *r, fsdp_config fcfg) {
     const train_options *o = r->o;
     int N = fsdp_comm_size(r->world), B = r->B, T = r->T, M = r->M;
     const fsdp_kernels *k = fsdp_compute_kernels(r->fs);  // bf16 products under --mixed-precision bf16
-    int64_t numel = nn_params_numel(&r->model.params), local = fsdp_local_numel(r->fs);
+    int64_t numel = nn_params_numel(nn_lm_params_const(&r->model)), local = fsdp_local_numel(r->fs);
     int64_t trainable = fsdp_local_grad_numel(r->fs);
-    printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
-           o->d_model, o->heads, o->vocab, T, numel / 1e6);
+    if (o->arch == 1)
+        printf("fsdp-train: Llama %d layers, d_model %d, %d heads (%d key/value, width %d), MLP %d, vocab %d, seq %d%s: "
+               "%.2fM parameters\n", o->layers, o->d_model, o->heads, o->kv_heads, o->head_dim, o->d_ff, o->vocab, T,
+               o->tie_embeddings ? ", tied head" : "", numel / 1e6);
+    else
+        printf("fsdp-train: GPT-2 %d layers, d_model %d, %d heads, vocab %d, seq %d: %.2fM parameters\n", o->layers,
+               o->d_model, o->heads, o->vocab, T, numel / 1e6);
     printf("  %d rank(s) x %d thread(s), %s, %d units (%s), backend %s, precision %s (reduce %s, kernels %s)\n", N,
            omp_get_max_threads(), fsdp_strategy_name(fcfg.strategy), fsdp_unit_count(r->fs), o->fsdp.wrap,
            fsdp_comm_backend(fsdp_shard_comm(r->fs)), fsdp_dtype_name(fcfg.param_dtype),
@@ -399,8 +555,8 @@ static fsdp_status micro_step(void *tool, int step, int m, uint64_t micro_id, in
     if (!o->input_path) fsdp_data_batch(r->data, step, m, r->M, R, N, r->B, r->T, r->idx, r->targets);
     nn_ctx ctx = fsdp_model_ctx(r->fs, 1, (uint64_t)o->training.seed, micro_id);
     FSDP_CHECK(fsdp_begin_forward(r->fs, sync));
-    FSDP_CHECK(nn_gpt2_forward(&ctx, &r->model, r->idx, r->targets, r->B, r->T));
-    FSDP_CHECK(nn_gpt2_backward(&ctx, &r->model, grad_scale));
+    FSDP_CHECK(nn_lm_forward(&ctx, &r->model, r->idx, r->targets, r->B, r->T));
+    FSDP_CHECK(nn_lm_backward(&ctx, &r->model, grad_scale));
     FSDP_CHECK(fsdp_end_backward(r->fs));
     FSDP_CHECK(read_loss(&ctx, &r->model, loss));  // the log's value, read once per micro-step
     if (m == r->M - 1 && fsdp_fault_at_step(FSDP_ENV_TEST_NAN_SHARD, step, R)) FSDP_CHECK(poison_grad_shard(r->fs));
@@ -483,7 +639,7 @@ static int train_steps(train_run *r) {
     if (fsdp_optimizer_create(r->fs, ac) != FSDP_OK) return fail(fsdp_last_error());
     // the activations now, not in the first step (their pages' first touch is most of its extra time)
     nn_ctx reserve_ctx = fsdp_model_ctx(r->fs, 1, (uint64_t)o->training.seed, 0);
-    if (nn_gpt2_reserve(&reserve_ctx, &r->model, r->B, r->T) != FSDP_OK) return fail(fsdp_last_error());
+    if (nn_lm_reserve(&reserve_ctx, &r->model, r->B, r->T) != FSDP_OK) return fail(fsdp_last_error());
     int64_t global_batch = (int64_t)N * r->M * r->B;
     if (cli_ckpt_resume(r->fs, &o->fsdp.ckpt, global_batch, R, &r->start_step) != FSDP_OK)
         return fail(fsdp_last_error());
@@ -536,7 +692,7 @@ static int train_and_save(train_run *r) {
 static void release_run(train_run *r) {
     train_log_close(&r->log);
     fsdp_free_state(r->fs);
-    nn_gpt2_free(&r->model);
+    nn_lm_free(&r->model);
     if (r->val && r->val != r->data) fsdp_data_close(r->val);
     if (r->data) fsdp_data_close(r->data);
     free(r->idx);
@@ -583,11 +739,22 @@ int main(int argc, char **argv) {
     if (cli_config_argv("fsdp-train", args, nargs, &argc, &argv)) return 2;  // --config FILE, then the command line
     int parsed = cli_parse("fsdp-train", TRAIN_SUMMARY, args, nargs, argc, argv);
     if (parsed) return parsed > 0 ? 0 : 2;
-    o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
-                                  args, nargs, argc, argv};
+    if (choose_arch(&o, args, nargs, argc, argv)) return 2;
+    if (o.arch == 1)
+        o.config = (cli_model_config){"fsdp-train", "llama", llama_fields,
+                                      (int)(sizeof llama_fields / sizeof *llama_fields), args, nargs, argc, argv};
+    else
+        o.config = (cli_model_config){"fsdp-train", "gpt2", gpt2_fields, (int)(sizeof gpt2_fields / sizeof *gpt2_fields),
+                                      args, nargs, argc, argv};
+    if (o.arch == 1 && !cli_given(args, nargs, argc, argv, "--lora-targets")) o.lora.targets = "q_proj,v_proj";
     if (cli_config_from_inputs(&o.config, o.training.init_path, &o.fsdp.ckpt)) return 2;
     if (o.training.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
-    if (o.d_model % o.heads) {
+    if (o.arch == 1 && resolve_llama_shape(&o)) return 2;
+    if (o.arch == 0 && o.d_ff && o.d_ff != 4 * o.d_model) {
+        fprintf(stderr, "fsdp-train: --d-ff %d: GPT-2's MLP is 4 x d_model = %d wide\n", o.d_ff, 4 * o.d_model);
+        return 2;
+    }
+    if (o.arch == 0 && o.d_model % o.heads) {
         fprintf(stderr, "fsdp-train: --heads %d must divide --d-model %d\n", o.heads, o.d_model);
         return 2;
     }

@@ -97,6 +97,28 @@ int cli_config_from_inputs(const cli_model_config *c, const char *init_path, con
     return cli_config_from_file(c, path) || settings_from_file(c, path) ? -1 : 0;
 }
 
+// the model_type path records into type (cap,), "" when none
+static fsdp_status recorded_type(const char *path, char *type, size_t cap) {
+    st_file *f = NULL;
+    FSDP_CHECK(st_open(path, &f));
+    const char *kind = st_metadata(f, "model_type");
+    snprintf(type, cap, "%s", kind ? kind : "");
+    st_close(f);
+    return FSDP_OK;
+}
+
+fsdp_status cli_config_recorded_model_type(const char *init_path, const cli_ckpt_options *ckpt, char *type,
+                                           size_t cap) {
+    type[0] = 0;
+    if (init_path) return recorded_type(init_path, type, cap);
+    char dir[4096], path[4200];
+    int found = 0;
+    if (cli_ckpt_resume_dir(ckpt, dir, sizeof dir, &found) != FSDP_OK || !found) return FSDP_OK;
+    fsdp_ckpt_meta_file(dir, path, sizeof path);
+    if (access(path, F_OK) != 0 || recorded_type(path, type, cap) != FSDP_OK) type[0] = 0;
+    return FSDP_OK;
+}
+
 int cli_config_to_state(const cli_model_config *c, fsdp_state *fs) {
     int cap = 1 + c->n_fields + c->nargs;
     const char **keys = calloc((size_t)cap, sizeof(char *));  // (cap,)

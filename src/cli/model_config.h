@@ -40,6 +40,11 @@ int cli_config_from_file(const cli_model_config *c, const char *path);
 // after printing an error.
 int cli_config_from_inputs(const cli_model_config *c, const char *init_path, const cli_ckpt_options *ckpt);
 
+// The model_type the --init file (init_path, may be NULL) or else the checkpoint --resume names records,
+// into type (cap,): "" when neither records one (or there is none). A file that cannot be opened is
+// an error here only when it is the --init file (the load reports the rest).
+fsdp_status cli_config_recorded_model_type(const char *init_path, const cli_ckpt_options *ckpt, char *type, size_t cap);
+
 // Hands the configuration and every flag's value to fs, for every file it writes. Returns 0, or -1
 // after printing an error.
 int cli_config_to_state(const cli_model_config *c, fsdp_state *fs);

@@ -11,7 +11,7 @@
 #include "core/threads.h"
 #include "fsdp/block_names.h"
 #include "nn/encoder_stack.h"
-#include "nn/gpt2.h"
+#include "nn/causal_lm.h"
 
 int cli_plan_fsdp(const char *prog, const cli_fsdp_options *f, int no_shm, fsdp_plan_input *in, fsdp_config *cfg) {
     if (cli_fsdp_config(prog, f, cfg)) return -1;
@@ -47,7 +47,7 @@ static int mark_frozen(const char *prog, nn_params *ps, const char *list, int pr
 
 // The adapters fsdp-train attaches (train_lora_attach: every parameter but the adapters frozen), on the
 // model built without data; lora NULL or rank 0: none. Returns 0, or -1 (after an error when `print`).
-static int attach_lora(const char *prog, const train_lora_options *lora, nn_gpt2 *m, fsdp_plan_input *in, int print) {
+static int attach_lora(const char *prog, const train_lora_options *lora, nn_lm *m, fsdp_plan_input *in, int print) {
     if (!lora || lora->rank <= 0) return 0;
     unsigned targets = 0;
     if (train_lora_attach(prog, lora, m, &targets, print ? 0 : 1)) return -1;  // rank 1 prints nothing
@@ -67,7 +67,7 @@ static int attach_lora(const char *prog, const train_lora_options *lora, nn_gpt2
 // or -1 (after an error when `print`).
 static int plan_trainable(const char *prog, const char *list, const train_lora_options *lora, fsdp_plan_input *in,
                           int64_t *block_train, int print) {
-    nn_gpt2 gpt2;
+    nn_lm gpt2;
     nn_encoder_stack enc;
     nn_params *ps;  // the model's parameter list
     nn_block *blocks;  // (layers,)
@@ -75,8 +75,8 @@ static int plan_trainable(const char *prog, const char *list, const train_lora_o
     if (in->gpt2) {
         nn_gpt2_config cfg = {in->vocab, in->max_seq ? in->max_seq : in->seq, in->layers, in->heads, in->d_model, 0.0f,
                               1e-5f};
-        st = nn_gpt2_create(&gpt2, cfg);
-        ps = &gpt2.params, blocks = gpt2.blocks.blocks;
+        st = nn_lm_create_gpt2(&gpt2, cfg);
+        ps = nn_lm_params(&gpt2), blocks = nn_lm_blocks(&gpt2)->blocks;
     } else {
         nn_block_config layer = nn_encoder_layer_defaults(in->d_model, in->heads);
         layer.d_ff = in->ffn;
@@ -113,7 +113,7 @@ static int plan_trainable(const char *prog, const char *list, const train_lora_o
             }
             if (all) in->skip_dw |= 1 << k;
         }
-        if (in->gpt2 && gpt2.wte.weight->frozen) in->skip_dw |= 1 << 4;  // the tied LM head
+        if (in->gpt2 && nn_lm_embedding(&gpt2)->frozen) in->skip_dw |= 1 << 4;  // the tied LM head
         in->lora_skip = 0;
         for (int k = 0; k < 4 && in->lora_rank > 0; k++) {  // an adapter's A (B) frozen in every block: no dA (dB)
             int all_a = in->layers > 0, all_b = in->layers > 0, any = 0;
@@ -133,7 +133,7 @@ static int plan_trainable(const char *prog, const char *list, const train_lora_o
         in->block_train = block_train;
     }
     if (st == FSDP_OK) {
-        if (in->gpt2) nn_gpt2_free(&gpt2);
+        if (in->gpt2) nn_lm_free(&gpt2);
         else nn_encoder_stack_free(&enc);
     }
     return rc;

@@ -7,6 +7,7 @@
 int train_flags(train_options *o, cli_arg *args) {
     memset(o, 0, sizeof *o);
     o->layers = 4, o->d_model = 256, o->heads = 4, o->vocab = 256, o->seq = 128, o->max_seq = 0;
+    o->rope_theta = 10000.0f, o->rms_eps = 1e-6f;  // LlamaConfig's defaults
     o->training.batch = 8, o->training.grad_accum = 1, o->training.steps = 300, o->warmup = 20;
     o->training.lr = 1e-3f, o->min_lr = 1e-4f, o->training.weight_decay = 0.01f, o->dropout = 0.0f;
     o->training.clip = 1.0f;
@@ -17,10 +18,21 @@ int train_flags(train_options *o, cli_arg *args) {
     cli_arg common[CLI_TRAINING_NFLAGS];  // the flags shared with fsdp-minimal, placed below in this tool's order
     cli_training_flags(&o->training, common);
     const cli_arg own[] = {
+        {"--arch", ARG_CHOICE, &o->arch, "the architecture (Hugging Face model_type): GPT-2, or the Llama family (LlamaForCausalLM; Mistral and Qwen2 directories load as it); default: the one --init or --resume records, else gpt2", 1, 0, "gpt2|llama"},
         {"--layers", ARG_INT, &o->layers, "transformer blocks", 1, 1e5, NULL},
         {"--d-model", ARG_INT, &o->d_model, "model width", 1, 1e6, NULL},
         {"--heads", ARG_INT, &o->heads, "attention heads (must divide d_model)", 1, 1e5, NULL},
         {"--vocab", ARG_INT, &o->vocab, "vocabulary size (>= the data's largest token + 1; 256 for bytes)", 2, 1e7, NULL},
+        {"--kv-heads", ARG_INT, &o->kv_heads, "Llama: key/value heads of grouped-query attention, dividing --heads (0: --heads)", 0, 1e5, NULL},
+        {"--head-dim", ARG_INT, &o->head_dim, "Llama: width of each head (0: d_model / heads)", 0, 1e5, NULL},
+        {"--d-ff", ARG_INT, &o->d_ff, "the MLP's inner width (0: 4 x d_model for GPT-2; for Llama 8/3 x d_model rounded up to a multiple of 256, Meta's rule)", 0, 1e7, NULL},
+        {"--rope-theta", ARG_FLOAT, &o->rope_theta, "Llama: the rotary embedding's base", 1, 1e12, NULL},
+        {"--rope-scaling", ARG_STRING, &o->rope_scaling, "Llama: rope_scaling of type llama3 (Llama 3.1+) as llama3:FACTOR,LOW_FREQ_FACTOR,HIGH_FREQ_FACTOR,ORIGINAL_MAX_POSITIONS, e.g. llama3:32,1,4,8192 (default: none)", 1, 0, NULL},
+        {"--rms-eps", ARG_FLOAT, &o->rms_eps, "Llama: RMSNorm's epsilon (rms_norm_eps)", 0, 1, NULL},
+        {"--tie-embeddings", ARG_BOOL, &o->tie_embeddings, "Llama: the LM head is the token embedding (tie_word_embeddings)", 1, 0, NULL},
+        {"--attention-bias", ARG_BOOL, &o->attention_bias, "Llama: biases on q_proj, k_proj, v_proj and o_proj (attention_bias)", 1, 0, NULL},
+        {"--qkv-bias", ARG_BOOL, &o->qkv_bias, "Llama: biases on q_proj, k_proj and v_proj only (Qwen2's)", 1, 0, NULL},
+        {"--mlp-bias", ARG_BOOL, &o->mlp_bias, "Llama: biases on gate_proj, up_proj and down_proj (mlp_bias)", 1, 0, NULL},
         {"--seq", ARG_INT, &o->seq, "sequence length", 1, 1e6, NULL},
         {"--max-seq", ARG_INT, &o->max_seq, "position table size (0: --seq)", 0, 1e6, NULL},
         cli_training_flag(common, "--batch"),
@@ -60,7 +72,7 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--lora-rank", ARG_INT, &o->lora.rank, "LoRA (Hugging Face PEFT): add rank-R adapters A (R x in) and B (out x R) to each --lora-targets projection, y = W x + (alpha / R) B A x, and freeze every base parameter; --save then writes the adapters alone (PEFT names) unless --lora-merge-on-save (default: no adapters)", 1, 65536, NULL},
         {"--lora-alpha", ARG_FLOAT, &o->lora.alpha, "LoRA scale numerator: the adapters' output is scaled by alpha / --lora-rank", 0, 1e6, NULL},
         {"--lora-dropout", ARG_FLOAT, &o->lora.dropout, "LoRA: dropout on the adapters' input (training only)", 0, 0.999, NULL},
-        {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj", 1, 0, NULL},
+        {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: GPT-2's c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj (default c_attn); Llama's q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (default q_proj,v_proj: PEFT's)", 1, 0, NULL},
         {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (PEFT's adapter_model.safetensors layout, base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R]) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
         {"--lora-merge-on-save", ARG_BOOL, &o->lora.merge_on_save, "LoRA: --save writes the base weights with the adapters merged in (W + alpha / R x (B A)^T for the Conv1D layout: a plain GPT-2 file) instead of the adapters alone", 1, 0, NULL},
         cli_training_flag(common, "--no-memory-check"),

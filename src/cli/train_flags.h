@@ -12,6 +12,12 @@
 
 typedef struct {
     int layers, d_model, heads, vocab, seq, max_seq, warmup;
+    int arch;                  // --arch: 0 GPT-2, 1 Llama (the model_type of config.json / the files)
+    // the Llama family's shape (--arch llama): --kv-heads --head-dim --d-ff (0: their defaults),
+    // --rope-theta --rms-eps --tie-embeddings --attention-bias --qkv-bias --mlp-bias --rope-scaling
+    int kv_heads, head_dim, d_ff, tie_embeddings, attention_bias, qkv_bias, mlp_bias;
+    float rope_theta, rms_eps;
+    const char *rope_scaling;  // "llama3:FACTOR,LOW,HIGH,ORIGINAL" or NULL
     int schedule, eval_every, eval_batches, collective_timeout, skip_nonfinite;
     int eval_only;             // --eval-only: evaluate and/or generate from --init or --resume, no training
     train_sample_options gen;  // --prompt --temperature --top-k --max-new-tokens (train_sample.h)
@@ -26,8 +32,8 @@ typedef struct {
     cli_model_config config;            // what the files written record (model_config.h)
 } train_options;
 
-#define TRAIN_FLAGS_MAX 80  // room train_flags needs in its table
-#define TRAIN_SUMMARY "Trains a GPT-2 model with FSDP and AdamW (plain process or under mpirun)."
+#define TRAIN_FLAGS_MAX 96  // room train_flags needs in its table
+#define TRAIN_SUMMARY "Trains a GPT-2 or Llama-family model with FSDP and AdamW (plain process or under mpirun)."
 
 // Sets o to fsdp-train's defaults and writes its flags (targets in o) to args[0..TRAIN_FLAGS_MAX);
 // returns how many.

@@ -122,7 +122,7 @@ int train_eval_only_check(const char *prog, const cli_arg *args, int nargs, int 
 // ---------------------------------------------------------------------------------------------------------
 // Evaluation
 
-fsdp_status train_evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, int batch, int seq,
+fsdp_status train_evaluate(fsdp_state *fs, nn_lm *model, const fsdp_data *val, int batch, int seq,
                            int eval_batches, int det_micro, uint64_t seed, fsdp_comm *world, double *out) {
     nn_ctx ctx = fsdp_model_ctx(fs, 0, seed, 0);
     size_t n = (size_t)batch * seq;
@@ -135,10 +135,10 @@ fsdp_status train_evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val,
         for (int m = 0; m < M && s == FSDP_OK; m++) {  // --deterministic: chunk m x N + R of batch b
             fsdp_data_batch(val, b, m, M, R, N, batch, seq, idx, targets);
             s = fsdp_begin_eval(fs);
-            if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, idx, targets, batch, seq);
+            if (s == FSDP_OK) s = nn_lm_forward(&ctx, model, idx, targets, batch, seq);
             if (s == FSDP_OK) s = fsdp_end_eval(fs);
             double loss = 0.0;  // the device scalar model->loss, read for the mean
-            if (s == FSDP_OK) s = fsdp_dev_read(ctx.stream, &loss, model->loss, sizeof loss);
+            if (s == FSDP_OK) s = fsdp_dev_read(ctx.stream, &loss, nn_lm_loss(model), sizeof loss);
             total += loss;
             losses[(size_t)b * M + m] = loss;
         }
@@ -208,7 +208,7 @@ static int next_token(const float *logits, int vocab, float temperature, int top
     return last;
 }
 
-fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sample_options *so, int vocab,
+fsdp_status train_sample_generate(fsdp_state *fs, nn_lm *model, const train_sample_options *so, int vocab,
                                   int seq, uint64_t seed, int rank, FILE *out) {
     int T = seq, n = so->max_new_tokens;
     int32_t *ctx_tokens = calloc((size_t)T, sizeof(int32_t));  // (T,) the context window
@@ -244,10 +244,10 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
     if (rank == 0 && s == FSDP_OK) fprintf(out, "--- sample (%d tokens) ---\n", n);
     for (int i = 0; i < n && s == FSDP_OK; i++) {
         s = fsdp_begin_eval(fs);
-        if (s == FSDP_OK) s = nn_gpt2_forward(&ctx, model, ctx_tokens, dummy, 1, len);
+        if (s == FSDP_OK) s = nn_lm_forward(&ctx, model, ctx_tokens, dummy, 1, len);
         if (s == FSDP_OK) s = fsdp_end_eval(fs);
         if (s == FSDP_OK)
-            s = fsdp_dev_read(ctx.stream, logits, model->logits + (size_t)(len - 1) * vocab,
+            s = fsdp_dev_read(ctx.stream, logits, nn_lm_logits(model) + (size_t)(len - 1) * vocab,
                               sizeof(float) * (size_t)vocab);
         if (s != FSDP_OK) break;
         int tok = next_token(logits, vocab, so->temperature, so->top_k, (double)fsdp_rng_uniform_at(rng, (uint64_t)i),
@@ -283,7 +283,7 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
 // ---------------------------------------------------------------------------------------------------------
 // --eval-only
 
-fsdp_status train_eval_only(fsdp_state *fs, nn_gpt2 *model, const cli_ckpt_options *ckpt, const fsdp_data *val,
+fsdp_status train_eval_only(fsdp_state *fs, nn_lm *model, const cli_ckpt_options *ckpt, const fsdp_data *val,
                             int batch, int seq, int eval_batches, const train_sample_options *so, int vocab,
                             uint64_t seed, fsdp_comm *world) {
     int rank = fsdp_comm_rank(world);

@@ -17,7 +17,7 @@
 #include "data/data.h"
 #include "data/tokenizer.h"
 #include "fsdp/fsdp.h"
-#include "nn/gpt2.h"
+#include "nn/causal_lm.h"
 
 typedef struct {
     const char *prompt;   // --prompt TEXT (NULL: a newline)
@@ -36,7 +36,7 @@ int train_sample_check(const char *prog, const train_sample_options *so, int voc
 
 // Generates so->max_new_tokens tokens (see above) and rank 0 prints them to out between
 // "--- sample (N tokens) ---" and "--- end of sample ---". seq: the context window. Collective.
-fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sample_options *so, int vocab,
+fsdp_status train_sample_generate(fsdp_state *fs, nn_lm *model, const train_sample_options *so, int vocab,
                                   int seq, uint64_t seed, int rank, FILE *out);
 
 // Mean loss over eval_batches fixed validation micro-batches (batch x seq each; steps 0, 1, ... of val as
@@ -44,7 +44,7 @@ fsdp_status train_sample_generate(fsdp_state *fs, nn_gpt2 *model, const train_sa
 // validation batch is det_micro micro-steps per rank, one chunk each as in training, and the chunks'
 // losses are summed in chunk order (the same bits on any world size). Reads into its own buffers.
 // Collective.
-fsdp_status train_evaluate(fsdp_state *fs, nn_gpt2 *model, const fsdp_data *val, int batch, int seq,
+fsdp_status train_evaluate(fsdp_state *fs, nn_lm *model, const fsdp_data *val, int batch, int seq,
                            int eval_batches, int det_micro, uint64_t seed, fsdp_comm *world, double *out);
 
 // --eval-only: the flags that only training uses, which are one-line errors with it (--grad-accum only
@@ -62,7 +62,7 @@ int train_eval_only_check(const char *prog, const cli_arg *args, int nargs, int 
 // (weights only; a missing one is an error, not a fresh start; a bf16 export is fine to evaluate), prints
 // "eval: val_loss L (B batches of NAME)" on rank 0 when val is not NULL, then generates when
 // so->max_new_tokens > 0. Collective.
-fsdp_status train_eval_only(fsdp_state *fs, nn_gpt2 *model, const cli_ckpt_options *ckpt, const fsdp_data *val,
+fsdp_status train_eval_only(fsdp_state *fs, nn_lm *model, const cli_ckpt_options *ckpt, const fsdp_data *val,
                             int batch, int seq, int eval_batches, const train_sample_options *so, int vocab,
                             uint64_t seed, fsdp_comm *world);
 

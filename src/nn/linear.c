@@ -9,7 +9,7 @@ void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char 
     int64_t wshape[2] = {conv1d ? in : out, conv1d ? out : in};
     int64_t bshape[1] = {out};
     l->weight = nn_params_add(ps, prefix, wname, 2, wshape, (nn_init){NN_INIT_UNIFORM, bound});
-    l->bias = nn_params_add(ps, prefix, bname, 1, bshape, (nn_init){NN_INIT_UNIFORM, bound});
+    l->bias = bname ? nn_params_add(ps, prefix, bname, 1, bshape, (nn_init){NN_INIT_UNIFORM, bound}) : NULL;
     l->weight->grad_overwrite = 1;  // written only by the dW product below (nn_grad_beta)
     l->in = in;
     l->out = out;
@@ -40,7 +40,8 @@ fsdp_status nn_linear_forward(const nn_ctx *ctx, const nn_linear *l, float *out,
 
 fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N) {
     // out rows start as the bias, then the GEMM accumulates (beta = 1), as torch.addmm. A bias bound in
-    // bf16 is widened into its device scratch first (nn_param_f32).
+    // bf16 is widened into its device scratch first (nn_param_f32). No bias: the product alone.
+    if (!l->bias) return linear_product(ctx, l, out, inp, N, 0.0f);
     const float *bias = nn_param_f32(ctx, l->bias);
     FSDP_ASSERT(bias != NULL);
     const fsdp_bf16 *w = l->weight->data_b16;
@@ -56,7 +57,7 @@ fsdp_status nn_linear_forward_in(const nn_ctx *ctx, const nn_linear *l, float *o
     return linear_product(ctx, l, out, inp, N, 1.0f);
 }
 
-int nn_linear_bias_in_product(const nn_linear *l) { return l->weight->data_b16 && !l->lora; }
+int nn_linear_bias_in_product(const nn_linear *l) { return l->bias && l->weight->data_b16 && !l->lora; }
 
 fsdp_status nn_linear_forward_no_bias(const nn_ctx *ctx, const nn_linear *l, float *out, nn_input inp, int N) {
     return linear_product(ctx, l, out, inp, N, 0.0f);
@@ -80,7 +81,7 @@ void nn_linear_backward_in(const nn_ctx *ctx, const nn_linear *l, float *dinp, i
     // input is the A (Conv1D) or B (Linear) operand in bf16, the values the bf16 product rounds fp32 to
     // (with a bf16 input and a bias gradient, one call takes both: the bias's sums ride on dout's packing)
     float *dw = l->weight->grad, bw = dw ? nn_grad_beta(l->weight) : 1.0f;  // bw 0: a fresh view is stored
-    float *db = l->bias->grad;
+    float *db = l->bias ? l->bias->grad : NULL;
     int fused = dw && db && inp.b16;
     if (fused && l->conv1d)          // dW (in, out) += inp^T dout
         k->gemm_a16_dbias(st, l->in, l->out, N, inp.b16, l->in, dout, bw, dw, l->out, db);

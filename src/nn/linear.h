@@ -23,14 +23,15 @@ static inline nn_input nn_in_b16(const fsdp_bf16 *p) {
 
 typedef struct {
     nn_param *weight;  // (out, in) for Linear; (in, out) when conv1d
-    nn_param *bias;    // (out,)
+    nn_param *bias;    // (out,), or NULL: a layer without bias (bias=False)
     int in, out;
     int conv1d;        // Hugging Face GPT-2 layout
     nn_lora *lora;     // a low-rank adapter added to the output, or NULL (owned by whoever attached it)
 } nn_linear;
 
-// Registers "<prefix>weight" and "<prefix>bias" (or the given names). Init as torch.nn.Linear
-// (U(+-1/sqrt(in)) for both) unless the caller overrides p->init afterwards.
+// Registers "<prefix>weight" and "<prefix>bias" (or the given names; bname NULL: no bias, as
+// torch.nn.Linear(bias=False)). Init as torch.nn.Linear (U(+-1/sqrt(in)) for both) unless the caller
+// overrides p->init afterwards.
 void nn_linear_init(nn_linear *l, nn_params *ps, const char *prefix, const char *wname,
                     const char *bname, int in, int out, int conv1d);
 // out: (N, out) = inp (N, in) @ W^T + b (+ the adapter's term)

@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "nn/llama_block.h"
+
 
 enum { SITE_ATTN_PROBS = 1, SITE_ATTN_OUT = 2, SITE_FFN_INNER = 3, SITE_FFN_OUT = 4 };
 
@@ -62,7 +64,7 @@ void nn_block_free(nn_block *blk) {
                      (void **)&blk->att, (void **)&blk->attn_ctx, (void **)&blk->r1, (void **)&blk->ln2_out,
                      (void **)&blk->ln2_mean, (void **)&blk->ln2_rstd, (void **)&blk->f1, (void **)&blk->act,
                      (void **)&blk->r2, (void **)&blk->ln1_b16, (void **)&blk->ln2_b16, (void **)&blk->act_b16,
-                     (void **)&blk->out};
+                     (void **)&blk->f3, (void **)&blk->out};
     int borrowed = blk->share && blk->share != blk;
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
         if ((!borrowed || bufs[i] == (void **)&blk->out) && *bufs[i]) fsdp_dev_free(blk->dev, *bufs[i]);
@@ -75,7 +77,11 @@ void nn_block_free(nn_block *blk) {
 // Whether ctx keeps this block's matrix-product-only activations in bf16: under act_bf16, unless an
 // adapter (which reads its input in fp32) sits on one of the block's layers
 static int block_b16(const nn_ctx *ctx, const nn_block *blk) {
-    return ctx->act_bf16 && !blk->attn.in_proj.lora && !blk->attn.out_proj.lora && !blk->fc1.lora && !blk->fc2.lora;
+    const nn_linear *layers[] = {&blk->attn.in_proj, &blk->attn.out_proj, &blk->attn.q_proj, &blk->attn.k_proj,
+                                 &blk->attn.v_proj, &blk->fc1, &blk->fc2, &blk->fc3};
+    for (size_t i = 0; i < sizeof layers / sizeof layers[0]; i++)
+        if (layers[i]->lora) return 0;
+    return ctx->act_bf16;
 }
 
 // The activation buffers (device memory of dev), allocated at the first forward of a shape and kept
@@ -84,6 +90,10 @@ static int block_b16(const nn_ctx *ctx, const nn_block *blk) {
 static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T, int b16) {
     size_t N = (size_t)B * T, C = (size_t)blk->cfg.d_model, F = (size_t)blk->cfg.d_ff;
     size_t H = (size_t)blk->cfg.n_heads;
+    int llama = blk->cfg.llama;
+    // the attention's widths: Llama's planes q | k | v and its H hd context; C and 3C otherwise
+    size_t A = llama ? H * (size_t)blk->cfg.head_dim : C;
+    size_t QKV = llama ? (H + 2 * (size_t)blk->cfg.kv_heads) * (size_t)blk->cfg.head_dim : 3 * C;
     size_t att_floats = (size_t)B * H * T;  // the fused attention's row statistics
     if (blk->dev != dev || blk->b16_storage != b16) {
         nn_block_free(blk);
@@ -102,7 +112,7 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T, in
         blk->ln1_out = o->ln1_out, blk->ln1_mean = o->ln1_mean, blk->ln1_rstd = o->ln1_rstd, blk->qkv = o->qkv;
         blk->att = o->att, blk->attn_ctx = o->attn_ctx, blk->r1 = o->r1;
         blk->ln2_out = o->ln2_out, blk->ln2_mean = o->ln2_mean, blk->ln2_rstd = o->ln2_rstd, blk->f1 = o->f1;
-        blk->act = o->act, blk->r2 = o->r2;
+        blk->act = o->act, blk->r2 = o->r2, blk->f3 = o->f3;
         blk->ln1_b16 = o->ln1_b16, blk->ln2_b16 = o->ln2_b16, blk->act_b16 = o->act_b16;
         blk->B = B;
         blk->T = T;
@@ -118,10 +128,11 @@ static fsdp_status ensure_buffers(nn_block *blk, fsdp_dev *dev, int B, int T, in
     size_t f4 = sizeof(float), h2 = sizeof(fsdp_bf16);
     struct { void **p; size_t bytes; } want[] = {
         {(void **)&blk->ln1_out, b16 && pre_ln ? 0 : N * C * f4}, {(void **)&blk->ln1_b16, b16 && pre_ln ? N * C * h2 : 0},
-        {(void **)&blk->ln1_mean, N * f4}, {(void **)&blk->ln1_rstd, N * f4}, {(void **)&blk->qkv, N * 3 * C * f4},
-        {(void **)&blk->att, att_floats * f4}, {(void **)&blk->attn_ctx, N * C * f4}, {(void **)&blk->r1, N * C * f4},
+        {(void **)&blk->ln1_mean, llama ? 0 : N * f4}, {(void **)&blk->ln1_rstd, N * f4}, {(void **)&blk->qkv, N * QKV * f4},
+        {(void **)&blk->att, att_floats * f4}, {(void **)&blk->attn_ctx, N * A * f4}, {(void **)&blk->r1, N * C * f4},
         {(void **)&blk->ln2_out, pre_ln && !b16 ? N * C * f4 : 0}, {(void **)&blk->ln2_b16, b16 && pre_ln ? N * C * h2 : 0},
-        {(void **)&blk->ln2_mean, N * f4}, {(void **)&blk->ln2_rstd, N * f4}, {(void **)&blk->f1, N * F * f4},
+        {(void **)&blk->ln2_mean, llama ? 0 : N * f4}, {(void **)&blk->ln2_rstd, N * f4}, {(void **)&blk->f1, N * F * f4},
+        {(void **)&blk->f3, llama ? N * F * f4 : 0},
         {(void **)&blk->act, b16 ? 0 : N * F * f4}, {(void **)&blk->act_b16, b16 ? N * F * h2 : 0},
         {(void **)&blk->r2, pre_ln ? 0 : N * C * f4}, {(void **)&blk->out, N * C * f4},
     };
@@ -142,21 +153,24 @@ fsdp_status nn_block_reserve(const nn_ctx *ctx, nn_block *blk, int B, int T) {
 }
 
 // the saved inputs of in_proj, fc1 and fc2, in whichever storage the buffers have
-static nn_input ln1_in(const nn_block *blk) { return blk->ln1_b16 ? nn_in_b16(blk->ln1_b16) : nn_in_f32(blk->ln1_out); }
-static nn_input ln2_in(const nn_block *blk) { return blk->ln2_b16 ? nn_in_b16(blk->ln2_b16) : nn_in_f32(blk->ln2_out); }
-static nn_input act_in(const nn_block *blk) { return blk->act_b16 ? nn_in_b16(blk->act_b16) : nn_in_f32(blk->act); }
 
 size_t nn_block_scratch_floats(const nn_block_config *cfg, int B, int T) {
     size_t N = (size_t)B * T, C = (size_t)cfg->d_model, F = (size_t)cfg->d_ff;
+    if (cfg->llama) {  // llama_block.c's: three (N, C), the context's and the planes' gradients, (N, F)
+        size_t H = (size_t)cfg->n_heads, hd = (size_t)cfg->head_dim;
+        return N * (3 * C + H * hd + (H + 2 * (size_t)cfg->kv_heads) * hd + F);
+    }
     return N * (4 * C + 3 * C + F);
 }
 
 static fsdp_attention_dims attention_dims(const nn_ctx *ctx, const nn_block *blk) {
-    fsdp_attention_dims d;
+    fsdp_attention_dims d = {0};
     d.B = blk->B;
     d.T = blk->T;
-    d.C = blk->cfg.d_model;
+    d.C = blk->cfg.llama ? blk->cfg.n_heads * blk->cfg.head_dim : blk->cfg.d_model;
     d.H = blk->cfg.n_heads;
+    d.kv_heads = blk->cfg.llama ? blk->cfg.kv_heads : 0;
+    d.planar = blk->cfg.llama;
     d.stride_b = blk->cfg.batch_first ? blk->T : 1;
     d.stride_t = blk->cfg.batch_first ? 1 : blk->B;
     d.causal = blk->cfg.causal;
@@ -186,7 +200,7 @@ static fsdp_status ffn_forward(const nn_ctx *ctx, nn_block *blk, float *out, nn_
     }
     ctx->k->bias_act_dropout_forward(ctx->stream, blk->f1, blk->act, blk->act_b16, b1, N, blk->cfg.d_ff, blk->cfg.activation,
                                      inner_p(ctx, blk), nn_dropout_rng(ctx, blk->index, SITE_FFN_INNER));
-    return nn_linear_forward_in(ctx, &blk->fc2, out, act_in(blk), N);
+    return nn_linear_forward_in(ctx, &blk->fc2, out, nn_block_act_in(blk), N);
 }
 
 // d_ffn_out (N, C) -> dinp (N, C), accumulated into when accumulate (else overwritten); sf: (N, F)
@@ -198,7 +212,7 @@ static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accu
     size_t NF = (size_t)N * blk->cfg.d_ff, NC = (size_t)N * blk->cfg.d_model;
     float p = site_p(ctx, blk->cfg.dropout);
     if (p > 0.0f) k->dropout_backward(st, sc, d_ffn_out, NC, p, nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT));
-    nn_linear_backward_in(ctx, &blk->fc2, sf, 0, p > 0.0f ? sc : d_ffn_out, act_in(blk), N);  // no dropout: no copy
+    nn_linear_backward_in(ctx, &blk->fc2, sf, 0, p > 0.0f ? sc : d_ffn_out, nn_block_act_in(blk), N);  // no dropout: no copy
     if (blk->cfg.activation == FSDP_ACT_RELU && !blk->act_b16)  // ReLU's output tells the mask
         k->relu_dropout_backward(st, sf, sf, blk->act, NF, inner_p(ctx, blk));
     else
@@ -213,11 +227,12 @@ static void ffn_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, int accu
 // to r2 (post-LN: r2 = ln1_out + dropout(r2), in place): neither is kept for backward.
 fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp, int B, int T) {
     FSDP_CHECK(ensure_buffers(blk, ctx->dev, B, T, block_b16(ctx, blk)));
+    fsdp_attention_dims dims = attention_dims(ctx, blk);
+    if (blk->cfg.llama) return nn_block_forward_llama(ctx, blk, &dims, inp);
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     int N = B * T;
     size_t NC = (size_t)N * blk->cfg.d_model;
-    fsdp_attention_dims dims = attention_dims(ctx, blk);
     float p = site_p(ctx, blk->cfg.dropout);
     fsdp_rng rng_attn_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
     fsdp_rng rng_ffn_out = nn_dropout_rng(ctx, blk->index, SITE_FFN_OUT);
@@ -225,10 +240,10 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
         // r1 = x + dropout(attn(norm1(x))); out = r1 + dropout(ffn(norm2(r1)))
         nn_layernorm_forward(ctx, &blk->norm1, blk->ln1_out, blk->ln1_b16, blk->ln1_mean, blk->ln1_rstd, inp, N);
         FSDP_CHECK(nn_mha_forward(ctx, &blk->attn, &dims, blk->out, blk->qkv, blk->att, blk->attn_ctx,
-                                  ln1_in(blk)));
+                                  nn_block_ln1_in(blk)));
         nn_residual_layernorm_forward(ctx, &blk->norm2, blk->r1, blk->ln2_out, blk->ln2_b16, blk->ln2_mean,
                                       blk->ln2_rstd, inp, blk->out, p, rng_attn_out, N);
-        FSDP_CHECK(ffn_forward(ctx, blk, blk->out, ln2_in(blk), N));
+        FSDP_CHECK(ffn_forward(ctx, blk, blk->out, nn_block_ln2_in(blk), N));
         k->dropout_forward(st, blk->out, blk->out, NC, p, rng_ffn_out);
         k->add(st, blk->out, blk->r1, blk->out, NC);
     } else {
@@ -246,6 +261,11 @@ fsdp_status nn_block_forward(const nn_ctx *ctx, nn_block *blk, const float *inp,
 
 void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const float *dout, const float *inp,
                        float *scratch) {
+    fsdp_attention_dims dims = attention_dims(ctx, blk);
+    if (blk->cfg.llama) {
+        nn_block_backward_llama(ctx, blk, &dims, dinp, dout, inp, scratch);
+        return;
+    }
     const fsdp_kernels *k = ctx->k;
     fsdp_stream *st = ctx->stream;
     int N = blk->B * blk->T;
@@ -253,15 +273,14 @@ void nn_block_backward(const nn_ctx *ctx, nn_block *blk, float *dinp, const floa
     float *d1 = scratch, *s2 = d1 + NC, *s3 = s2 + NC, *s4 = s3 + NC;  // (N, C) each
     float *s3c = s4 + NC;                                                // (N, 3C)
     float *sf = s3c + 3 * NC;                                            // (N, F)
-    fsdp_attention_dims dims = attention_dims(ctx, blk);
     float p_out = site_p(ctx, blk->cfg.dropout);
     fsdp_rng rng_out = nn_dropout_rng(ctx, blk->index, SITE_ATTN_OUT);
     if (blk->cfg.norm_first) {
         // out = r1 + ffn(norm2(r1)); r1 = x + attn(norm1(x)); the residuals' adds ride on the norms' backward
-        ffn_backward(ctx, blk, s2, 0, dout, ln2_in(blk), sf, s3, N);          // s2 = d ln2_out
+        ffn_backward(ctx, blk, s2, 0, dout, nn_block_ln2_in(blk), sf, s3, N);          // s2 = d ln2_out
         nn_layernorm_backward(ctx, &blk->norm2, d1, s2, dout, blk->r1, blk->ln2_mean, blk->ln2_rstd, N);  // d r1
         if (p_out > 0.0f) k->dropout_backward(st, s2, d1, NC, p_out, rng_out);  // s2 = d attn_out
-        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, p_out > 0.0f ? s2 : d1, ln1_in(blk), blk->qkv, blk->att,
+        nn_mha_backward(ctx, &blk->attn, &dims, s4, 0, p_out > 0.0f ? s2 : d1, nn_block_ln1_in(blk), blk->qkv, blk->att,
                         blk->attn_ctx, s3, s3c);                              // s4 = d ln1_out
         nn_layernorm_backward(ctx, &blk->norm1, dinp, s4, d1, inp, blk->ln1_mean, blk->ln1_rstd, N);
     } else {

@@ -1,0 +1,178 @@
+"""Parity of the Llama family against a float64 PyTorch reference written here as transformers'
+modeling_llama computes LlamaForCausalLM (transformers is not installed: RMSNorm, rotate_half rotary
+embeddings with the default and the llama3 inverse frequencies, grouped-query attention through
+repeat_kv, the SwiGLU MLP, a tied or untied head). The same weights (random, rounded to bf16 so that a
+bf16 file holds them exactly) and tokens go to build/bin/fsdp-train at 1 and 3 ranks; we compare the loss
+of every step, every gradient of the first step and every parameter after the last AdamW step."""
+import math
+import os
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, run, st_load, st_save, tmpdir
+
+torch.set_default_dtype(torch.float64)
+
+
+def inv_freq(hd, theta, llama3=None):
+    """transformers' _compute_default_rope_parameters and _compute_llama3_parameters (in float64)."""
+    f = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    if llama3 is None:
+        return f
+    factor, low_ff, high_ff, old = llama3
+    low_wavelen, high_wavelen = old / low_ff, old / high_ff
+    wavelen = 2 * math.pi / f
+    scaled = torch.where(wavelen > low_wavelen, f / factor, f)
+    smooth = (old / wavelen - low_ff) / (high_ff - low_ff)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) & ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rotate_half(x):
+    h = x.shape[-1] // 2
+    return torch.cat((-x[..., h:], x[..., :h]), dim=-1)
+
+
+def rms_norm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def forward(p, cfg, idx, targets):
+    """LlamaForCausalLM's loss on idx, targets (B, T) with parameters p (HF names)."""
+    B, T = idx.shape
+    H, KV, hd, eps = cfg["H"], cfg["KV"], cfg["hd"], cfg["eps"]
+    freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq(hd, cfg["theta"], cfg.get("llama3"))[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()  # (T, hd)
+    x = p["model.embed_tokens.weight"][idx]
+    mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+    for i in range(cfg["L"]):
+        pre = f"model.layers.{i}."
+
+        def lin(name, v):
+            y = v @ p[pre + name + ".weight"].t()
+            return y + p[pre + name + ".bias"] if pre + name + ".bias" in p else y
+
+        h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
+        q = lin("self_attn.q_proj", h).view(B, T, H, hd).transpose(1, 2)
+        k = lin("self_attn.k_proj", h).view(B, T, KV, hd).transpose(1, 2)
+        v = lin("self_attn.v_proj", h).view(B, T, KV, hd).transpose(1, 2)
+        q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+        k, v = (t.repeat_interleave(H // KV, dim=1) for t in (k, v))  # repeat_kv
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        y = F.softmax(att.masked_fill(mask, float("-inf")), dim=-1) @ v
+        x = x + lin("self_attn.o_proj", y.transpose(1, 2).reshape(B, T, H * hd))
+        h = rms_norm(x, p[pre + "post_attention_layernorm.weight"], eps)
+        x = x + lin("mlp.down_proj", F.silu(lin("mlp.gate_proj", h)) * lin("mlp.up_proj", h))
+    x = rms_norm(x, p["model.norm.weight"], eps)
+    head = p["model.embed_tokens.weight"] if cfg["tied"] else p["lm_head.weight"]
+    logits = x @ head.t()
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def bf16_exact(t):
+    """t rounded to bf16 (to nearest even) and back: values a bf16 file holds exactly."""
+    return t.float().to(torch.bfloat16).to(torch.float64)
+
+
+def make_params(cfg):
+    C, H, KV, hd, F_, V = cfg["C"], cfg["H"], cfg["KV"], cfg["hd"], cfg["F"], cfg["V"]
+    p = {"model.embed_tokens.weight": torch.randn(V, C) * 0.5}
+    for i in range(cfg["L"]):
+        pre = f"model.layers.{i}."
+        p[pre + "input_layernorm.weight"] = 1 + 0.1 * torch.randn(C)
+        for name, rows, cols in (("q_proj", H * hd, C), ("k_proj", KV * hd, C), ("v_proj", KV * hd, C),
+                                 ("o_proj", C, H * hd)):
+            p[pre + "self_attn." + name + ".weight"] = torch.randn(rows, cols) / math.sqrt(cols)
+            if cfg["qkv_bias"] and name != "o_proj":
+                p[pre + "self_attn." + name + ".bias"] = 0.1 * torch.randn(rows)
+        p[pre + "post_attention_layernorm.weight"] = 1 + 0.1 * torch.randn(C)
+        for name, rows, cols in (("gate_proj", F_, C), ("up_proj", F_, C), ("down_proj", C, F_)):
+            p[pre + "mlp." + name + ".weight"] = torch.randn(rows, cols) / math.sqrt(cols)
+    p["model.norm.weight"] = 1 + 0.1 * torch.randn(C)
+    if not cfg["tied"]:
+        p["lm_head.weight"] = torch.randn(V, C) / math.sqrt(C)
+    return {k: bf16_exact(v).requires_grad_(True) for k, v in p.items()}
+
+
+CONFIGS = [
+    # grouped-query (6 heads on 2 key/value heads), untied head, odd sizes
+    dict(name="llama gqa untied", V=97, maxT=16, L=2, C=48, H=6, KV=2, hd=8, F=80, T=13, B=3, eps=1e-5,
+         theta=10000.0, tied=False, qkv_bias=False),
+    # tied embeddings, Qwen2's q/k/v biases, heads wider than C / H, llama3 rope scaling (all three bands)
+    dict(name="llama tied qkv-bias llama3", V=64, maxT=12, L=2, C=40, H=4, KV=4, hd=12, F=72, T=11, B=3, eps=1e-6,
+         theta=10000.0, tied=True, qkv_bias=True, llama3=(8.0, 1.0, 4.0, 32)),
+]
+STEPS, LR, WD = 4, 1e-3, 0.01
+
+
+def reference(cfg, idx, targets):
+    params = make_params(cfg)
+    init = {k: v.detach().clone() for k, v in params.items()}
+    opt = torch.optim.AdamW(list(params.values()), lr=LR, weight_decay=WD)
+    losses, grads = [], None
+    for step in range(STEPS):
+        opt.zero_grad()
+        loss = forward(params, cfg, idx, targets)
+        loss.backward()
+        if step == 0:
+            grads = {k: v.grad.detach().clone() for k, v in params.items()}
+        losses.append(loss.item())
+        opt.step()
+    return init, losses, grads, {k: v.detach() for k, v in params.items()}
+
+
+def flags(cfg):
+    f = ["--arch", "llama", "--vocab", str(cfg["V"]), "--max-seq", str(cfg["maxT"]), "--layers", str(cfg["L"]),
+         "--d-model", str(cfg["C"]), "--heads", str(cfg["H"]), "--kv-heads", str(cfg["KV"]), "--head-dim",
+         str(cfg["hd"]), "--d-ff", str(cfg["F"]), "--rms-eps", repr(cfg["eps"]), "--rope-theta", repr(cfg["theta"])]
+    if cfg["tied"]:
+        f.append("--tie-embeddings")
+    if cfg["qkv_bias"]:
+        f.append("--qkv-bias")
+    if "llama3" in cfg:
+        f += ["--rope-scaling", "llama3:%g,%g,%g,%d" % cfg["llama3"]]
+    return f
+
+
+def main():
+    args = parse_args()
+    torch.manual_seed(0)
+    chk = Checker("llama parity")
+    for cfg in CONFIGS:
+        name, V, T, B = cfg["name"], cfg["V"], cfg["T"], cfg["B"]
+        idx, targets = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
+        init, losses, grads, final = reference(cfg, idx, targets)
+        tmp = tmpdir()
+        paths = {k: os.path.join(tmp, k + ".safetensors") for k in ("init", "input", "grads", "final", "final3")}
+        st_save(paths["init"], {k: v.float() for k, v in init.items()})
+        st_save(paths["input"], {"idx": idx, "targets": targets})
+        common = flags(cfg) + ["--seq", str(T), "--steps", str(STEPS), "--lr", str(LR), "--weight-decay", str(WD),
+                               "--clip-grad-norm", "0", "--warmup", "0", "--lr-schedule", "constant",
+                               "--init", paths["init"], "--input", paths["input"]]
+        exe = os.path.join(args.bin, "fsdp-train")
+        _, stdout, _ = run([exe] + common + ["--batch", str(B), "--dump-grads", paths["grads"], "--save", paths["final"]])
+        chk.close(f"[{name}] 1 rank: losses", parse_losses(stdout), losses, 2e-5, 0)
+        g = st_load(paths["grads"])
+        for k, ref in grads.items():
+            scale = float(ref.abs().max()) + 1e-30
+            chk.close(f"[{name}] grad {k}", g[k], ref.numpy(), 1e-3, 1e-4 * scale)
+        fin = st_load(paths["final"])
+        chk.true(f"[{name}] --save holds exactly the model's tensors", sorted(fin) == sorted(final),
+                 f"{sorted(set(fin) ^ set(final))}")
+        for k, ref in final.items():
+            chk.close(f"[{name}] param after {STEPS} steps {k}", fin.get(k, []), ref.numpy(), 1e-4, 1e-5)
+        # 3 ranks, one sequence each, FULL_SHARD (the default): the same losses and weights
+        r = mpirun(3, [exe] + common + ["--batch", str(B // 3), "--save", paths["final3"]])
+        chk.close(f"[{name}] 3 ranks: losses", parse_losses(r.stdout), losses, 2e-5, 0)
+        fin3 = st_load(paths["final3"])
+        for k, ref in final.items():
+            chk.close(f"[{name}] 3 ranks: param after {STEPS} steps {k}", fin3.get(k, []), ref.numpy(), 1e-4, 1e-5)
+    chk.report()
+
+
+if __name__ == "__main__":
+    main()
