@@ -85,6 +85,30 @@ FSDP_KERNEL(rmsnorm_forward, (float *, out), (fsdp_bf16 *, out_b16), (float *, r
 // adds (NULL: none); dweight: (C,) accumulated, may be NULL (a frozen weight); rstd: as forward wrote it
 FSDP_KERNEL(rmsnorm_backward, (float *, dinp), (float *, dweight), (const float *, dout), (const float *, dres),
     (const float *, inp), (const float *, weight), (const float *, rstd), (int, N), (int, C))
+// RMSNorm fused with the residual add before it: res = a + b, out = RMSNorm(res) (rmsnorm_forward's
+// contract), one pass per row; res may be a or b. The bits of add followed by rmsnorm_forward.
+FSDP_KERNEL(residual_rmsnorm_forward, (float *, res), (float *, out), (fsdp_bf16 *, out_b16), (float *, rstd),
+    (const float *, a), (const float *, b), (const float *, weight), (int, N), (int, C), (float, eps))
+
+// Rotary position embedding in Hugging Face's Llama layout (rotate_half over the two halves of each head),
+// in place. x: (B*T, heads*D) rows (b, t) (batch-first), each row `heads` heads of D values (D even);
+// cos, sin: (T, D/2), the angles of positions 0..T-1. For each head of row (b, t) and i < D/2, with
+// x1 = x[i], x2 = x[i + D/2]: x[i] = x1*cos[t][i] - x2*sin[t][i], x[i + D/2] = x2*cos[t][i] + x1*sin[t][i]
+// (each product rounded, then the sum: no fused multiply-add, so every backend gives the same bits).
+FSDP_KERNEL(rope_forward, (float *, x), (const float *, cos), (const float *, sin), (int, B), (int, T), (int, heads),
+    (int, D))
+// Its backward, in place on the gradient: dx = R^T dx (rope_forward with -sin).
+FSDP_KERNEL(rope_backward, (float *, dx), (const float *, cos), (const float *, sin), (int, B), (int, T),
+    (int, heads), (int, D))
+
+// SwiGLU (Llama's MLP): out = silu(gate) * up over n values, silu(g) = g / (1 + exp(-g)); out_b16 (n,):
+// when not NULL the output goes there in bf16 (rounded to nearest even) and out is not written.
+FSDP_KERNEL(swiglu_forward, (float *, out), (fsdp_bf16 *, out_b16), (const float *, gate), (const float *, up),
+    (size_t, n))
+// dgate = dout * up * silu'(gate), dup = dout * silu(gate) over n values; dgate may be gate and dup may be up
+// (each element read before it is written); dout is neither.
+FSDP_KERNEL(swiglu_backward, (float *, dgate), (float *, dup), (const float *, dout), (const float *, gate),
+    (const float *, up), (size_t, n))
 
 // Fused (FlashAttention-2 style: no T x T matrix is stored). qkv: rows of 3C (q | k | v); out: rows
 // of C; stats: (B, H, T) saved for backward, each query row's log-sum-exp of its scaled scores.

@@ -13,6 +13,10 @@
 //    res = b, res = a), and backward with and without dres, with dweight / dbias each NULL or not
 //    (accumulated from nonzero values), dinp = dout, and N large enough for the CPU's larger row blocks;
 //  - RMSNorm forward (fp32 and bf16 outputs) and backward (dres or not, dweight or NULL, dinp = dout);
+//    fused with the residual add (res apart, res = a, res = b; fp32 and bf16 outputs);
+//  - rotary embedding forward and backward: the bits exactly (the contract: no fused multiply-add);
+//  - SwiGLU forward (fp32 and bf16 outputs) and backward (apart, and dgate = gate with dup = up), gates
+//    out to +-20 (exp's tails) and a few exact zeros;
 //  - every entry with size 0 (nothing written), sizes 1 and odd ones (37 x 129) and 513 x 768.
 // Tolerances: 1 ulp (atol 0, rtol 2e-7) where the arithmetic is the same fp32 operations; erf / exp / tanh
 // forms rtol 2e-6 with a small atol (act_atol, grad_atol: the libraries' erff and expf differ by an ulp or
@@ -100,6 +104,19 @@ static void check_untouched(const char *what, const float *d, const float *h, si
     free(g);
 }
 
+// the device bf16 output g16 (n,) against the CPU's c16 (n,) to a bf16 ulp (row sums: RED_TOL), and the
+// device fp32 output gout (n,) still holding the sentinel sent (n,): a kernel given out_b16 writes only it
+static void check_b16_output(const char *what, const fsdp_bf16 *g16, const fsdp_bf16 *c16, size_t n, const float *gout,
+                             const float *sent) {
+    fsdp_bf16 *h16 = get_b16(g16, n);
+    float *wg = widen(h16, n), *wc = widen(c16, n);
+    check_close(what, wg, wc, n, RED_TOL, BF16_RTOL);
+    char untouched[320];
+    snprintf(untouched, sizeof untouched, "%.280s: out not written", what);
+    check_untouched(untouched, gout, sent, n);
+    free(h16), free(wg), free(wc);
+}
+
 static const char *act_name(fsdp_activation a) {
     return a == FSDP_ACT_RELU ? "relu" : a == FSDP_ACT_GELU ? "gelu" : "gelu_tanh";
 }
@@ -135,6 +152,15 @@ static void test_zero_sizes(void) {
     k->rmsnorm_forward(T.gs, d, NULL, d, d, d, 0, 5, 1e-6f);
     k->rmsnorm_backward(T.gs, d, d, d, d, d, d, d, 0, 5);
     k->rmsnorm_backward(T.gs, d, d, d, d, d, d, d, 5, 0);
+    k->residual_rmsnorm_forward(T.gs, d, d, NULL, d, d, d, d, 0, 5, 1e-6f);
+    k->residual_rmsnorm_forward(T.gs, d, d, h, d, d, d, d, 0, 5, 1e-6f);
+    k->rope_forward(T.gs, d, d, d, 0, 3, 2, 4);
+    k->rope_forward(T.gs, d, d, d, 2, 0, 2, 4);
+    k->rope_backward(T.gs, d, d, d, 2, 3, 0, 4);
+    k->rope_backward(T.gs, d, d, d, 2, 3, 2, 0);
+    k->swiglu_forward(T.gs, d, NULL, d, d, 0);
+    k->swiglu_forward(T.gs, d, h, d, d, 0);
+    k->swiglu_backward(T.gs, d, d, d, d, d, 0);
     k->relu_forward(T.gs, d, d, 0);
     k->relu_backward(T.gs, d, d, d, 0);
     for (int ta = 0; ta < 2; ta++) {
@@ -587,11 +613,7 @@ static void residual_case(int N, int C, float p, int alias, int b16) {
     check_close(name, hmean, cmean, (size_t)N, RED_TOL, RED_TOL);
     check_close(name, hrstd, crstd, (size_t)N, RED_TOL, RED_TOL);
     if (b16) {
-        fsdp_bf16 *h16 = get_b16(g16, n);
-        float *wg = widen(h16, n), *wc = widen(c16, n);
-        check_close(name, wg, wc, n, RED_TOL, BF16_RTOL);
-        check_untouched(label("residual_layernorm_forward bf16: out not written"), gout, sent, n);
-        free(h16), free(wg), free(wc);
+        check_b16_output(name, g16, c16, n, gout, sent);
     } else {
         float *hout = get_floats(gout, n);
         check_close(name, hout, cout, n, RED_TOL, RED_TOL);
@@ -724,6 +746,113 @@ static void test_rmsnorm(void) {
     }
 }
 
+// residual_rmsnorm_forward (alias 0: res apart, 1: res = a, 2: res = b; fp32 or bf16 output) against the
+// CPU table: rmsnorm_forward's order after an exact add, so RED_TOL (equal in practice); res to the bit
+static void residual_rmsnorm_case(int N, int C, int alias, int b16) {
+    const float eps = 1e-5f;
+    size_t n = (size_t)N * C;
+    float *a = host_rand(n, 90, -2.0f, 2.0f), *bb = host_rand(n, 91, -1.0f, 1.0f);
+    float *w = host_rand((size_t)C, 92, 0.5f, 1.5f), *sent = host_rand(n, 93, 7.0f, 8.0f);
+    float *ca = host_dup(a, n), *cb = host_dup(bb, n), *cout = host_dup(sent, n), *crstd = malloc(sizeof(float) * N);
+    float *cres = alias == 1 ? ca : alias == 2 ? cb : malloc(sizeof(float) * n);
+    fsdp_bf16 *c16 = b16 ? malloc(sizeof(fsdp_bf16) * n) : NULL;
+    T.kc[B]->residual_rmsnorm_forward(T.cs, cres, cout, c16, crstd, ca, cb, w, N, C, eps);
+    float *ga = dev_floats(a, n), *gb = dev_floats(bb, n), *gw = dev_floats(w, (size_t)C), *gout = dev_floats(sent, n);
+    float *grstd = dev_floats(sent, (size_t)N), *gres = alias == 1 ? ga : alias == 2 ? gb : dev_floats(sent, n);
+    fsdp_bf16 *g16 = b16 ? dev_b16_garbage(n) : NULL;
+    T.kg[B]->residual_rmsnorm_forward(T.gs, gres, gout, g16, grstd, ga, gb, gw, N, C, eps);
+    char what[256];  // label's buffer is reused by the checks' own labels
+    snprintf(what, sizeof what, "%s", label("residual_rmsnorm_forward N=%d C=%d res %s%s", N, C,
+                                            alias == 1 ? "= a" : alias == 2 ? "= b" : "apart", b16 ? " bf16" : ""));
+    float *hres = get_floats(gres, n), *hrstd = get_floats(grstd, (size_t)N);
+    check_bytes(what, hres, cres, sizeof(float) * n);
+    check_close(what, hrstd, crstd, (size_t)N, RED_TOL, RED_TOL);
+    if (b16) {
+        check_b16_output(what, g16, c16, n, gout, sent);
+        free(c16), dev_free(g16);
+    } else {
+        float *hout = get_floats(gout, n);
+        check_close(what, hout, cout, n, RED_TOL, RED_TOL);
+        free(hout);
+    }
+    free(hres), free(hrstd), free(a), free(bb), free(w), free(sent), free(ca), free(cb), free(cout), free(crstd);
+    if (alias == 0) free(cres), dev_free(gres);
+    dev_free(ga), dev_free(gb), dev_free(gw), dev_free(gout), dev_free(grstd);
+}
+
+static void test_residual_rmsnorm(void) {
+    const int rows[][2] = {{1, 1}, {37, 129}, {513, 768}};
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++)
+        for (int alias = 0; alias < 3; alias++)
+            for (int b16 = 0; b16 < 2; b16++) residual_rmsnorm_case(rows[r][0], rows[r][1], alias, b16);
+}
+
+// rope_forward and rope_backward in place against the CPU table's: the bits exactly
+static void test_rope(void) {
+    const int shapes[][4] = {{1, 1, 1, 2}, {2, 13, 3, 18}, {3, 67, 5, 26}, {2, 256, 12, 64}};  // B, T, heads, D
+    for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++) {
+        int Bn = shapes[k][0], Tn = shapes[k][1], heads = shapes[k][2], D = shapes[k][3];
+        size_t n = (size_t)Bn * Tn * heads * D, na = (size_t)Tn * (D / 2);
+        float *x = host_rand(n, 100, -2.0f, 2.0f), *c = host_rand(na, 101, -1.0f, 1.0f);
+        float *sn = host_rand(na, 102, -1.0f, 1.0f);
+        float *gx = dev_floats(x, n), *gc = dev_floats(c, na), *gs = dev_floats(sn, na);
+        for (int back = 0; back < 2; back++) {
+            if (back) T.kc[B]->rope_backward(T.cs, x, c, sn, Bn, Tn, heads, D);
+            else T.kc[B]->rope_forward(T.cs, x, c, sn, Bn, Tn, heads, D);
+            if (back) T.kg[B]->rope_backward(T.gs, gx, gc, gs, Bn, Tn, heads, D);
+            else T.kg[B]->rope_forward(T.gs, gx, gc, gs, Bn, Tn, heads, D);
+            float *got = get_floats(gx, n);
+            check_bytes(label("rope_%s B=%d T=%d heads=%d D=%d", back ? "backward" : "forward", Bn, Tn, heads, D), got,
+                        x, sizeof(float) * n);
+            free(got);
+        }
+        free(x), free(c), free(sn);
+        dev_free(gx), dev_free(gc), dev_free(gs);
+    }
+}
+
+// swiglu_forward (fp32 and bf16 outputs) and swiglu_backward (apart, and in place) against the CPU
+// table's: expf differs by an ulp or two (tolerances as the activations')
+static void test_swiglu(void) {
+    for (size_t s = 0; s < NSIZES; s++) {
+        size_t n = SIZES[s];
+        float *g = host_rand(n, 110, -20.0f, 20.0f), *u = host_rand(n, 111, -2.0f, 2.0f);
+        float *dy = host_rand(n, 112, -1.0f, 1.0f), *sent = host_rand(n, 113, 7.0f, 8.0f);
+        if (n > 4) g[0] = 0.0f, g[1] = -0.0f, g[2] = 1e-30f, g[3] = -1e-30f;
+        float *gg = dev_floats(g, n), *gu = dev_floats(u, n), *gdy = dev_floats(dy, n), *gout = dev_floats(sent, n);
+        float *want = malloc(sizeof(float) * n), *got;
+        T.kc[B]->swiglu_forward(T.cs, want, NULL, g, u, n);
+        T.kg[B]->swiglu_forward(T.gs, gout, NULL, gg, gu, n);
+        got = get_floats(gout, n);
+        check_close(label("swiglu_forward n=%zu", n), got, want, n, 2e-7, 2e-6);
+        free(got);
+        fsdp_bf16 *c16 = malloc(sizeof(fsdp_bf16) * n), *g16 = dev_b16_garbage(n);
+        float *gout2 = dev_floats(sent, n);
+        T.kc[B]->swiglu_forward(T.cs, NULL, c16, g, u, n);
+        T.kg[B]->swiglu_forward(T.gs, gout2, g16, gg, gu, n);
+        fsdp_bf16 *h16 = get_b16(g16, n);
+        float *wg = widen(h16, n), *ww = widen(c16, n);
+        check_close(label("swiglu_forward bf16 n=%zu", n), wg, ww, n, 2e-7, BF16_RTOL);
+        check_untouched(label("swiglu_forward bf16: out not written"), gout2, sent, n);
+
+        float *cdg = malloc(sizeof(float) * n), *cdu = malloc(sizeof(float) * n);
+        T.kc[B]->swiglu_backward(T.cs, cdg, cdu, dy, g, u, n);
+        float *gdg = dev_floats(sent, n), *gdu = dev_floats(sent, n);
+        T.kg[B]->swiglu_backward(T.gs, gdg, gdu, gdy, gg, gu, n);
+        float *hdg = get_floats(gdg, n), *hdu = get_floats(gdu, n);
+        check_close(label("swiglu_backward dgate n=%zu", n), hdg, cdg, n, 1e-6, 2e-6);
+        check_close(label("swiglu_backward dup n=%zu", n), hdu, cdu, n, 2e-7, 2e-6);
+        T.kg[B]->swiglu_backward(T.gs, gg, gu, gdy, gg, gu, n);  // in place: the same bits as apart
+        float *ig = get_floats(gg, n), *iu = get_floats(gu, n);
+        check_bytes(label("swiglu_backward dgate = gate n=%zu", n), ig, hdg, sizeof(float) * n);
+        check_bytes(label("swiglu_backward dup = up n=%zu", n), iu, hdu, sizeof(float) * n);
+        free(g), free(u), free(dy), free(sent), free(want), free(c16), free(h16), free(wg), free(ww), free(cdg);
+        free(cdu), free(hdg), free(hdu), free(ig), free(iu);
+        dev_free(gg), dev_free(gu), dev_free(gdy), dev_free(gout), dev_free(g16), dev_free(gout2), dev_free(gdg);
+        dev_free(gdu);
+    }
+}
+
 int main(void) {
     cuda_test_open(&T);
     for (B = 0; B < 2; B++) {
@@ -738,6 +867,9 @@ int main(void) {
         test_residual_layernorm();
         test_layernorm_backward();
         test_rmsnorm();
+        test_residual_rmsnorm();
+        test_rope();
+        test_swiglu();
     }
     cuda_test_close(&T);
     if (test_failures) fprintf(stderr, "%d check(s) failed\n", test_failures);

@@ -139,7 +139,8 @@ static void case_layernorm(blob *o, const shape *s) {
     free(inp), free(dout), free(w), free(bias), free(dw), free(db), free(out), free(dinp), free(mean), free(rstd);
 }
 
-// RMSNorm forward and backward: N rows of C (a = N, b = C); dweight starts non-zero (it accumulates)
+// RMSNorm forward, backward and fused with the residual add: N rows of C (a = N, b = C); dweight starts
+// non-zero (it accumulates)
 static void case_rmsnorm(blob *o, const shape *s) {
     int N = s->a, C = s->b;
     seed(11);
@@ -154,7 +155,25 @@ static void case_rmsnorm(blob *o, const shape *s) {
     K32->rmsnorm_backward(ST, dinp, dw, dout, NULL, inp, w, rstd, N, C);
     put(o, "rmsnorm_backward dinp", dinp, 4, (size_t)N * C);
     put(o, "rmsnorm_backward dweight", dw, 4, (size_t)C);
+    K32->residual_rmsnorm_forward(ST, dinp, out, NULL, rstd, inp, dout, w, N, C, 1e-6f);
+    put(o, "residual_rmsnorm_forward res", dinp, 4, (size_t)N * C);
+    put(o, "residual_rmsnorm_forward out", out, 4, (size_t)N * C);
+    put(o, "residual_rmsnorm_forward rstd", rstd, 4, (size_t)N);
     free(inp), free(dout), free(w), free(dw), free(out), free(dinp), free(rstd);
+}
+
+// rotary embedding forward and backward: B*T rows of `heads` heads of D (a = B, b = T, c = heads, d = D)
+static void case_rope(blob *o, const shape *s) {
+    int B = s->a, T = s->b, heads = s->c, D = s->d;
+    size_t n = (size_t)B * T * heads * D, na = (size_t)T * (D / 2);
+    seed(12);
+    float *x = rand_floats(n, -2.0f, 2.0f), *dx = rand_floats(n, -1.0f, 1.0f);  // (B*T, heads*D)
+    float *cos_t = rand_floats(na, -1.0f, 1.0f), *sin_t = rand_floats(na, -1.0f, 1.0f);  // (T, D/2)
+    K32->rope_forward(ST, x, cos_t, sin_t, B, T, heads, D);
+    put(o, "rope_forward", x, 4, n);
+    K32->rope_backward(ST, dx, cos_t, sin_t, B, T, heads, D);
+    put(o, "rope_backward", dx, 4, n);
+    free(x), free(dx), free(cos_t), free(sin_t);
 }
 
 // softmax cross-entropy: N rows of V classes (a = N, b = V)
@@ -321,6 +340,13 @@ static void case_elementwise(blob *o, const shape *s) {
         K32->gelu_backward(ST, out, y, x, n, t);
         put(o, t ? "gelu_backward tanh" : "gelu_backward erf", out, 4, n);
     }
+    K32->swiglu_forward(ST, out, NULL, x, y, n);
+    put(o, "swiglu_forward", out, 4, n);
+    K32->swiglu_forward(ST, out, h, x, y, n);
+    put(o, "swiglu_forward bf16", h, 2, n);
+    K32->swiglu_backward(ST, out, buf, m, x, y, n);
+    put(o, "swiglu_backward dgate", out, 4, n);
+    put(o, "swiglu_backward dup", buf, 4, n);
     K32->dropout_forward(ST, out, x, n, 0.3f, rng);
     put(o, "dropout_forward", out, 4, n);
     K32->dropout_backward(ST, out, y, n, 0.3f, rng);
@@ -394,6 +420,8 @@ static const kcase cases[] = {
     {"layernorm N=20000 C=64", case_layernorm, {20000, 64, 0, 0}, 0},
     {"rmsnorm N=512 C=128", case_rmsnorm, {512, 128, 0, 0}, 0},
     {"rmsnorm N=20000 C=64", case_rmsnorm, {20000, 64, 0, 0}, 0},
+    {"rope B=2 T=67 heads=5 D=26", case_rope, {2, 67, 5, 26}, 0},
+    {"rope B=4 T=256 heads=8 D=64", case_rope, {4, 256, 8, 64}, 0},
     {"cross_entropy N=512 V=512", case_cross_entropy, {512, 512, 0, 0}, 0},
     {"cross_entropy N=333 V=517", case_cross_entropy, {333, 517, 0, 0}, 0},
     {"cross_entropy N=5 V=7", case_cross_entropy, {5, 7, 0, 0}, 0},

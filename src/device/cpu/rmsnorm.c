@@ -1,7 +1,8 @@
 // rmsnorm.c: RMSNorm over the last dimension, as Hugging Face's LlamaRMSNorm computes it in fp32
-// (x * rsqrt(mean(x^2) + eps), then times the weight), and its backward. The row sums follow
-// layernorm.c's lanes (the squares' sum in double, the backward's in float); the weight gradient is
-// summed in fixed blocks of rows, so every output has the same bits on any thread count.
+// (x * rsqrt(mean(x^2) + eps), then times the weight), alone or fused with the residual add before it,
+// and its backward. The row sums follow layernorm.c's lanes (the squares' sum in double, the backward's
+// in float); the weight gradient is summed in fixed blocks of rows, so every output has the same bits on
+// any thread count.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,17 +27,37 @@ static float row_rstd(const float *x, int C, float eps) {
     return (float)(1.0 / sqrt(sum / C + eps));
 }
 
+// y (C,) = RMSNorm of x (C,) with its 1 / rms written to *rstd; with y_b16 (C,) given, the output goes
+// there in bf16 instead of y
+static void row_rmsnorm(float *y, fsdp_bf16 *y_b16, float *rstd, const float *x, const float *weight, int C,
+                        float eps) {
+    float s = row_rstd(x, C, eps);
+    *rstd = s;
+    if (y_b16)
+        for (int c = 0; c < C; c++) y_b16[c] = fsdp_f32_to_bf16(x[c] * s * weight[c]);
+    else
+        for (int c = 0; c < C; c++) y[c] = x[c] * s * weight[c];
+}
+
 void cpu_rmsnorm_forward(float *out, fsdp_bf16 *out_b16, float *rstd, const float *inp, const float *weight, int N,
                          int C, float eps) {
 #pragma omp parallel for schedule(static) if ((size_t)N * C >= RMS_MIN_PARALLEL)
     for (int n = 0; n < N; n++) {
-        const float *x = inp + (size_t)n * C;  // (C,)
-        float s = row_rstd(x, C, eps);
-        rstd[n] = s;
-        if (out_b16)
-            for (int c = 0; c < C; c++) out_b16[(size_t)n * C + c] = fsdp_f32_to_bf16(x[c] * s * weight[c]);
-        else
-            for (int c = 0; c < C; c++) out[(size_t)n * C + c] = x[c] * s * weight[c];
+        size_t at = (size_t)n * C;
+        row_rmsnorm(out_b16 ? NULL : out + at, out_b16 ? out_b16 + at : NULL, rstd + n, inp + at, weight, C, eps);
+    }
+}
+
+// res = a + b, then out = RMSNorm(res): the residual add and the norm after it in one pass over each row
+// (res may be a or b: each element is read before it is written)
+void cpu_residual_rmsnorm_forward(float *res, float *out, fsdp_bf16 *out_b16, float *rstd, const float *a,
+                                  const float *b, const float *weight, int N, int C, float eps) {
+#pragma omp parallel for schedule(static) if ((size_t)N * C >= RMS_MIN_PARALLEL)
+    for (int n = 0; n < N; n++) {
+        size_t at = (size_t)n * C;
+        float *r = res + at;  // (C,)
+        for (int c = 0; c < C; c++) r[c] = a[at + c] + b[at + c];
+        row_rmsnorm(out_b16 ? NULL : out + at, out_b16 ? out_b16 + at : NULL, rstd + n, r, weight, C, eps);
     }
 }
 

@@ -1,17 +1,18 @@
 // pointwise_cuda.cu: the CUDA device's LayerNorm (alone, fused with the residual add and its dropout,
-// backward), RMSNorm, activations (ReLU, exact GELU, tanh GELU), dropout and their fused forms, residual adds,
-// scaling, bias broadcast and gradient, row fill, and fp32 <-> bf16 conversions.
+// backward), RMSNorm (alone, fused with the residual add, backward), rotary embedding, SwiGLU, activations
+// (ReLU, exact GELU, tanh GELU), dropout and their fused forms, residual adds, scaling, bias broadcast and
+// gradient, row fill, and fp32 <-> bf16 conversions.
 //
-// Every kernel computes what the CPU kernel (device/cpu/layernorm.c, rmsnorm.c, activation.c, elementwise.c,
-// convert.c) computes, in the same order of operations: the CPU is built in ISO C mode (no FMA
-// contraction), so every product and sum here is written with the _rn intrinsics, which nvcc never
-// fuses. The reductions follow the CPU's order too: LayerNorm's row sums in 16 interleaved lanes added
+// Every kernel computes what the CPU kernel (device/cpu/layernorm.c, rmsnorm.c, rope.c, swiglu.c,
+// activation.c, elementwise.c, convert.c) computes, in the same order of operations: the CPU is built in
+// ISO C mode (no FMA contraction), so every product and sum here is written with the _rn intrinsics,
+// which nvcc never fuses. The reductions follow the CPU's order too: LayerNorm's row sums in 16 interleaved lanes added
 // in lane order (double for the statistics, float for the backward's means); the parameter gradients
 // summed over rows in order per column (layernorm_backward's in the CPU's blocks of rows, then the block
 // sums in order; bias_backward in one chain of N adds per column, fed from shared memory by the block's
 // other warps: cu_col_sums_in_order), no atomics, so the results are deterministic and the same bits as the CPU's. The
 // transcendental functions (erff, expf) are CUDA's, within a few ulp of glibc's (and of the CPU's AVX-512
-// exp in tanh GELU).
+// exp in tanh GELU and SwiGLU).
 // Dropout draws element i's uniform with cu_uniform_at (core/rng.c's Philox stream), so masks match.
 #include <stddef.h>
 #include <stdint.h>
@@ -328,12 +329,18 @@ __global__ void k_layernorm_backward_params(float *dweight, float *dbias, const 
 
 // One block per row n (blockDim.x >= kLanes): rstd[n] = 1 / sqrt(mean(x^2) + eps), the squares summed
 // in double over 16 lanes added in order; out (N, C) = x * rstd * weight, or out_b16 (N, C) when not NULL.
-__global__ void k_rmsnorm_forward(float *out, uint16_t *out_b16, float *rstd, const float *inp, const float *weight,
-                                  int C, float eps) {
+// x is inp's row, or (inp NULL) res (N, C) = a + b first (res may be a or b: each element is read by the
+// thread that writes it).
+__global__ void k_rmsnorm_forward(float *res, float *out, uint16_t *out_b16, float *rstd, const float *a,
+                                  const float *b, const float *inp, const float *weight, int C, float eps) {
     __shared__ double lane[kLanes];
     __shared__ float row_rstd;
     const size_t n = blockIdx.x, at = n * (size_t)C;
-    const float *x = inp + at;  // (C,)
+    const float *x = inp ? inp + at : res + at;  // (C,)
+    if (!inp) {
+        for (int c = threadIdx.x; c < C; c += blockDim.x) res[at + (size_t)c] = __fadd_rn(a[at + c], b[at + c]);
+        __syncthreads();  // the row of res is read by every thread below
+    }
     const int j = (int)threadIdx.x;
     if (j < kLanes) {
         double s = 0.0;
@@ -413,6 +420,49 @@ __global__ void k_rmsnorm_backward_weight(float *dweight, const float *partial, 
     }
 }
 
+// ---- rotary embedding (rope.c) and SwiGLU (swiglu.c) ----
+
+// One thread per pair (row n, head h, i < D/2) of x (rows * heads * D): rotated by the angles of position
+// t = n % T (cos, sin: (T, D/2)); sign -1 rotates back (backward). Each thread reads its pair before it
+// writes it (in place).
+__global__ void k_rope(float *x, const float *cos, const float *sin, size_t pairs, int T, int heads, int half,
+                       float sign) {
+    GRID_STRIDE(k, pairs) {
+        size_t n = k / ((size_t)heads * half);
+        int rem = (int)(k % ((size_t)heads * half)), h = rem / half, i = rem % half;
+        size_t t = n % (size_t)T, at = n * (size_t)heads * 2 * half + (size_t)h * 2 * half + (size_t)i;
+        float c = cos[t * half + i], si = __fmul_rn(sign, sin[t * half + i]);
+        float x1 = x[at], x2 = x[at + half];
+        x[at] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, si));
+        x[at + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, si));
+    }
+}
+
+// out (n,) = silu(gate) * up, silu(g) = g / (1 + exp(-g)), or out_b16 (n,) when not NULL
+__global__ void k_swiglu_forward(float *out, uint16_t *out_b16, const float *gate, const float *up, size_t n) {
+    GRID_STRIDE(i, n) {
+        float g = gate[i];
+        float y = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), up[i]);
+        if (out_b16) out_b16[i] = cu_f32_to_bf16(y);
+        else out[i] = y;
+    }
+}
+
+// dgate (n,) = dout * up * sigma (1 + g (1 - sigma)), dup (n,) = dout * g / (1 + e), sigma = 1 / (1 + e),
+// e = exp(-g), 1 - sigma as e sigma where g >= 0 (swiglu.c's order); each element's gate and up are read
+// before it is written (dgate may be gate, dup up)
+__global__ void k_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                  size_t n) {
+    GRID_STRIDE(i, n) {
+        float g = gate[i], u = up[i], dy = dout[i];
+        float e = expf(-g), den = __fadd_rn(1.0f, e), sig = __fdiv_rn(1.0f, den), act = __fdiv_rn(g, den);
+        float one_minus = g >= 0.0f ? __fmul_rn(e, sig) : __fsub_rn(1.0f, sig);
+        float dact = __fmul_rn(sig, __fadd_rn(1.0f, __fmul_rn(g, one_minus)));
+        dgate[i] = __fmul_rn(__fmul_rn(dy, u), dact);
+        dup[i] = __fmul_rn(dy, act);
+    }
+}
+
 // ---- table entries ----
 
 void t_layernorm_forward(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *mean, float *rstd,
@@ -460,8 +510,17 @@ void t_layernorm_backward(fsdp_stream *st, float *dinp, float *dweight, float *d
 void t_rmsnorm_forward(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, float *rstd, const float *inp,
                        const float *weight, int N, int C, float eps) {
     if (N <= 0) return;
-    k_rmsnorm_forward<<<(unsigned)N, kRowThreads, 0, cu_stream(st)>>>(out, out_b16, rstd, inp, weight, C, eps);
+    k_rmsnorm_forward<<<(unsigned)N, kRowThreads, 0, cu_stream(st)>>>(nullptr, out, out_b16, rstd, nullptr, nullptr,
+                                                                     inp, weight, C, eps);
     CU_LAUNCHED(st, "rmsnorm_forward");
+}
+
+void t_residual_rmsnorm_forward(fsdp_stream *st, float *res, float *out, fsdp_bf16 *out_b16, float *rstd,
+                                const float *a, const float *b, const float *weight, int N, int C, float eps) {
+    if (N <= 0) return;
+    k_rmsnorm_forward<<<(unsigned)N, kRowThreads, 0, cu_stream(st)>>>(res, out, out_b16, rstd, a, b, nullptr, weight,
+                                                                     C, eps);
+    CU_LAUNCHED(st, "residual_rmsnorm_forward");
 }
 
 void t_rmsnorm_backward(fsdp_stream *st, float *dinp, float *dweight, const float *dout, const float *dres,
@@ -509,6 +568,35 @@ void t_gelu_backward(fsdp_stream *st, float *dinp, const float *dout, const floa
     k_act_backward<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(
         dinp, dout, inp, n, tanh_approx ? FSDP_ACT_GELU_TANH : FSDP_ACT_GELU);
     CU_LAUNCHED(st, "gelu_backward");
+}
+
+void rope_launch(fsdp_stream *st, float *x, const float *cos, const float *sin, int B, int T, int heads, int D,
+                 float sign, const char *what) {
+    size_t pairs = (size_t)B * T * heads * (D / 2);
+    if (!pairs) return;
+    k_rope<<<cu_blocks(pairs, kThreads), kThreads, 0, cu_stream(st)>>>(x, cos, sin, pairs, T, heads, D / 2, sign);
+    CU_LAUNCHED(st, what);
+}
+
+void t_rope_forward(fsdp_stream *st, float *x, const float *cos, const float *sin, int B, int T, int heads, int D) {
+    rope_launch(st, x, cos, sin, B, T, heads, D, 1.0f, "rope_forward");
+}
+
+void t_rope_backward(fsdp_stream *st, float *dx, const float *cos, const float *sin, int B, int T, int heads, int D) {
+    rope_launch(st, dx, cos, sin, B, T, heads, D, -1.0f, "rope_backward");
+}
+
+void t_swiglu_forward(fsdp_stream *st, float *out, fsdp_bf16 *out_b16, const float *gate, const float *up, size_t n) {
+    if (!n) return;
+    k_swiglu_forward<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(out, out_b16, gate, up, n);
+    CU_LAUNCHED(st, "swiglu_forward");
+}
+
+void t_swiglu_backward(fsdp_stream *st, float *dgate, float *dup, const float *dout, const float *gate,
+                       const float *up, size_t n) {
+    if (!n) return;
+    k_swiglu_backward<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(dgate, dup, dout, gate, up, n);
+    CU_LAUNCHED(st, "swiglu_backward");
 }
 
 // dropout_apply without an activation: p <= 0 copies (nothing when out is inp)
@@ -636,6 +724,11 @@ extern "C" void fsdp_cuda_fill_pointwise(struct fsdp_kernels *t, int bf16) {
     t->layernorm_backward = t_layernorm_backward;
     t->rmsnorm_forward = t_rmsnorm_forward;
     t->rmsnorm_backward = t_rmsnorm_backward;
+    t->residual_rmsnorm_forward = t_residual_rmsnorm_forward;
+    t->rope_forward = t_rope_forward;
+    t->rope_backward = t_rope_backward;
+    t->swiglu_forward = t_swiglu_forward;
+    t->swiglu_backward = t_swiglu_backward;
     t->relu_forward = t_relu_forward;
     t->relu_backward = t_relu_backward;
     t->gelu_forward = t_gelu_forward;
