@@ -1,11 +1,15 @@
 #!/usr/bin/python3
-"""PyTorch reference for the GPT-2 training benchmark (bench/run.sh).
+"""PyTorch reference for the GPT-2 and Llama training benchmarks (bench/run.sh, bench/llama.sh).
 
 Same architecture as fsdp-train's GPT-2: token + position embedding, pre-LN
 blocks (ln_1, causal self-attention with a packed qkv Linear C->3C and an
 output Linear C->C, ln_2, MLP Linear C->4C, tanh-GELU, Linear 4C->C), final
 LayerNorm, LM head tied to the token embedding, cross-entropy; dropout 0.
 AdamW(lr 3e-4, weight_decay 0.01) on all parameters. Random token data.
+
+--arch llama: Hugging Face's LlamaForCausalLM computed as modeling_llama does (RMSNorm, q/k/v/o
+projections without bias, rotate_half rotary embeddings, grouped-query attention through repeat_kv,
+SwiGLU MLP down(silu(gate(x)) * up(x)), final RMSNorm, untied LM head), as fsdp-train --arch llama.
 
 Attention is written out (QK^T over the full T x T square, causal mask,
 softmax, PV), which is what fsdp-train computes too (torch 1.13 has no fused
@@ -32,6 +36,9 @@ import time
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--arch", default="gpt2", choices=("gpt2", "llama"))
+    p.add_argument("--kv-heads", type=int, default=0, help="llama: key/value heads (0: --heads)")
+    p.add_argument("--d-ff", type=int, default=0, help="llama: the MLP's width (0: 4 x d_model)")
     p.add_argument("--layers", type=int, default=6)
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--heads", type=int, default=8)
@@ -60,7 +67,83 @@ def set_thread_env(n):
         os.environ[k] = str(n)
 
 
+def build_llama(args):
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    C, H, T, V, L = args.d_model, args.heads, args.seq, args.vocab, args.layers
+    KV, hd, FF = args.kv_heads or H, C // H, args.d_ff or 4 * C
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = nn.Parameter(torch.ones(C))
+
+        def forward(self, x):
+            return self.weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+    def rotate_half(x):
+        return torch.cat((-x[..., hd // 2:], x[..., :hd // 2]), dim=-1)
+
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, hd, 2).float() / hd))
+    freqs = torch.arange(T).float()[:, None] * inv_freq[None, :]
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos_t, sin_t = emb.cos(), emb.sin()
+
+    class Layer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm, self.post_attention_layernorm = RMSNorm(), RMSNorm()
+            self.q_proj, self.k_proj = nn.Linear(C, H * hd, bias=False), nn.Linear(C, KV * hd, bias=False)
+            self.v_proj, self.o_proj = nn.Linear(C, KV * hd, bias=False), nn.Linear(H * hd, C, bias=False)
+            self.gate_proj, self.up_proj = nn.Linear(C, FF, bias=False), nn.Linear(C, FF, bias=False)
+            self.down_proj = nn.Linear(FF, C, bias=False)
+            self.mask = torch.tril(torch.ones(T, T, dtype=torch.bool)).view(1, 1, T, T)
+
+        def forward(self, x):
+            B, Tt, _ = x.shape
+            cos, sin = cos_t[:Tt].to(x.device), sin_t[:Tt].to(x.device)
+            h = self.input_layernorm(x)
+            q = self.q_proj(h).view(B, Tt, H, hd).transpose(1, 2)
+            k = self.k_proj(h).view(B, Tt, KV, hd).transpose(1, 2)
+            v = self.v_proj(h).view(B, Tt, KV, hd).transpose(1, 2)
+            q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+            k, v = k.repeat_interleave(H // KV, dim=1), v.repeat_interleave(H // KV, dim=1)
+            if args.attention == "sdpa":
+                y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            else:
+                att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(hd))
+                att = att.masked_fill(~self.mask[:, :, :Tt, :Tt].to(att.device), float("-inf"))
+                y = F.softmax(att, dim=-1) @ v
+            x = x + self.o_proj(y.transpose(1, 2).reshape(B, Tt, H * hd))
+            h = self.post_attention_layernorm(x)
+            return x + self.down_proj(F.silu(self.gate_proj(h)) * self.up_proj(h))
+
+    class Llama(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed_tokens = nn.Embedding(V, C)
+            self.layers = nn.ModuleList([Layer() for _ in range(L)])
+            self.norm = RMSNorm()
+            self.lm_head = nn.Linear(C, V, bias=False)
+            for m in self.modules():
+                if isinstance(m, (nn.Linear, nn.Embedding)):
+                    nn.init.normal_(m.weight, 0.0, 0.02)
+
+        def forward(self, idx, targets):
+            x = self.embed_tokens(idx)
+            for layer in self.layers:
+                x = layer(x)
+            logits = self.lm_head(self.norm(x))
+            return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+
+    return Llama()
+
+
 def build_model(args):
+    if args.arch == "llama":
+        return build_llama(args)
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -222,7 +305,8 @@ def main():
         cfg = f"{args.threads} thread(s)" if args.device == "cpu" else f"1 GPU ({torch.cuda.get_device_name()})"
         cfg += f", attention {args.attention}" + (", bf16 autocast" if args.bf16 else "")
     tokens = args.batch * args.seq
-    print(f"config torch {torch.__version__} gpt2 L{args.layers} C{args.d_model} H{args.heads} "
+    shape = f"KV{args.kv_heads or args.heads} F{args.d_ff or 4 * args.d_model} " if args.arch == "llama" else ""
+    print(f"config torch {torch.__version__} {args.arch} L{args.layers} C{args.d_model} H{args.heads} {shape}"
           f"V{args.vocab} T{args.seq} B{args.batch}, {cfg}, {n_params} parameters")
     print(f"ms_per_step {dt * 1e3:.1f}")
     print(f"tokens_per_s {tokens / dt:.1f}")

@@ -11,7 +11,7 @@ set(FSDP_PUBLIC_HEADERS
     fsdp/fsdp.h
     core/status.h core/rng.h core/alloc.h tensor/tensor.h comm/comm.h device/device.h device/device_comm.h kernels/kernels.h kernels/kernel_list.h kernels/kernel_params.h optim/optim.h
     nn/param.h nn/nn_ctx.h nn/gemm_param.h nn/linear.h nn/lora.h nn/layernorm.h nn/attention.h nn/embedding.h nn/loss.h
-    nn/transformer_block.h nn/sequential.h nn/encoder_stack.h)
+    nn/rmsnorm.h nn/transformer_block.h nn/sequential.h nn/encoder_stack.h nn/gpt2.h nn/llama.h nn/causal_lm.h)
 
 set(FSDP_PUBLIC_INCLUDE_DIR ${PROJECT_BINARY_DIR}/include)  # the generated tree: fsdp/fsdp.h, fsdp/nn/...
 set(FSDP_PUBLIC_SOURCES "")

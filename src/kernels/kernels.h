@@ -21,8 +21,6 @@ typedef struct {
     int causal;            // mask future positions
     float dropout_p;       // dropout on attention probabilities
     fsdp_rng rng;          // dropout stream
-    int kv_heads;  // TEMPORARY LEAD COPY
-    int planar;
 } fsdp_attention_dims;
 
 // Fixed point for exact sums in any order (the deterministic mode, fsdp/deterministic.c): a value g is

@@ -4,6 +4,7 @@ embeddings with the default and the llama3 inverse frequencies, grouped-query at
 repeat_kv, the SwiGLU MLP, a tied or untied head). The same weights (random, rounded to bf16 so that a
 bf16 file holds them exactly) and tokens go to build/bin/fsdp-train at 1 and 3 ranks; we compare the loss
 of every step, every gradient of the first step and every parameter after the last AdamW step."""
+import json
 import math
 import os
 
@@ -40,8 +41,9 @@ def rms_norm(x, w, eps):
     return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
-def forward(p, cfg, idx, targets):
-    """LlamaForCausalLM's loss on idx, targets (B, T) with parameters p (HF names)."""
+def forward(p, cfg, idx, targets, lora=None):
+    """LlamaForCausalLM's loss on idx, targets (B, T) with parameters p (HF names); lora: {layer name:
+    (A, B, scale)} adapters added as PEFT's LoraLayer does (y = W x + b + scale B A x)."""
     B, T = idx.shape
     H, KV, hd, eps = cfg["H"], cfg["KV"], cfg["hd"], cfg["eps"]
     freqs = torch.arange(T, dtype=torch.float64)[:, None] * inv_freq(hd, cfg["theta"], cfg.get("llama3"))[None, :]
@@ -54,6 +56,9 @@ def forward(p, cfg, idx, targets):
 
         def lin(name, v):
             y = v @ p[pre + name + ".weight"].t()
+            if lora and pre + name in lora:
+                A, B_, scale = lora[pre + name]
+                y = y + scale * ((v @ A.t()) @ B_.t())
             return y + p[pre + name + ".bias"] if pre + name + ".bias" in p else y
 
         h = rms_norm(x, p[pre + "input_layernorm.weight"], eps)
@@ -125,6 +130,45 @@ def reference(cfg, idx, targets):
     return init, losses, grads, {k: v.detach() for k, v in params.items()}
 
 
+def adapters_reference(cfg, init, idx, targets, targets_list, r, alpha):
+    """PEFT LoRA on targets_list (names within a layer) of every layer: the base frozen, A and B random
+    (B nonzero so that both get gradients), AdamW on the adapters alone."""
+    base = {k: v.detach().clone() for k, v in init.items()}
+    lora, named = {}, {}
+    for i in range(cfg["L"]):
+        for t in targets_list:
+            layer = f"model.layers.{i}.{t}"
+            w = base[layer + ".weight"]
+            A = bf16_exact(torch.randn(r, w.shape[1]) / math.sqrt(w.shape[1])).requires_grad_(True)
+            B_ = bf16_exact(torch.randn(w.shape[0], r) * 0.1).requires_grad_(True)
+            lora[layer] = (A, B_, alpha / r)
+            named[layer + ".lora_A.weight"], named[layer + ".lora_B.weight"] = A, B_
+    start = {k: v.detach().clone() for k, v in named.items()}
+    opt = torch.optim.AdamW(list(named.values()), lr=LR, weight_decay=WD)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = forward(base, cfg, idx, targets, lora)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+    return start, losses, {k: v.detach() for k, v in named.items()}
+
+
+def frozen_reference(cfg, init, idx, targets, frozen):
+    """AdamW with the parameters `frozen` selects (a predicate on names) left out (requires_grad=False)."""
+    params = {k: v.detach().clone().requires_grad_(not frozen(k)) for k, v in init.items()}
+    opt = torch.optim.AdamW([v for k, v in params.items() if not frozen(k)], lr=LR, weight_decay=WD)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad()
+        loss = forward(params, cfg, idx, targets)
+        loss.backward()
+        losses.append(loss.item())
+        opt.step()
+    return losses, {k: v.detach() for k, v in params.items()}
+
+
 def flags(cfg):
     f = ["--arch", "llama", "--vocab", str(cfg["V"]), "--max-seq", str(cfg["maxT"]), "--layers", str(cfg["L"]),
          "--d-model", str(cfg["C"]), "--heads", str(cfg["H"]), "--kv-heads", str(cfg["KV"]), "--head-dim",
@@ -171,7 +215,44 @@ def main():
         fin3 = st_load(paths["final3"])
         for k, ref in final.items():
             chk.close(f"[{name}] 3 ranks: param after {STEPS} steps {k}", fin3.get(k, []), ref.numpy(), 1e-4, 1e-5)
+        if cfg is CONFIGS[0]:
+            check_lora_and_freeze(chk, exe, cfg, init, idx, targets, common, tmp)
     chk.report()
+
+
+def check_lora_and_freeze(chk, exe, cfg, init, idx, targets, common, tmp):
+    name, B = cfg["name"], cfg["B"]
+    # LoRA on q_proj, v_proj and down_proj with given adapters (PEFT names), at 3 ranks
+    targets_list = ["self_attn.q_proj", "self_attn.v_proj", "mlp.down_proj"]
+    start, losses, final = adapters_reference(cfg, init, idx, targets, targets_list, 4, 8.0)
+    prefix = "base_model.model."
+    lora_init, lora_out = os.path.join(tmp, "lora_init.safetensors"), os.path.join(tmp, "adapter_model.safetensors")
+    st_save(lora_init, {prefix + k: v.float() for k, v in start.items()})
+    r = mpirun(3, [exe] + common + ["--batch", str(B // 3), "--lora-rank", "4", "--lora-alpha", "8",
+                                    "--lora-targets", "q_proj,v_proj,down_proj", "--lora-init", lora_init,
+                                    "--save", lora_out])
+    chk.close(f"[{name}] LoRA 3 ranks: losses", parse_losses(r.stdout), losses, 2e-5, 0)
+    got = st_load(lora_out)
+    chk.true(f"[{name}] LoRA: --save holds the adapters under PEFT's names",
+             sorted(got) == sorted(prefix + k for k in final), f"{sorted(got)[:4]}")
+    for k, ref in final.items():
+        chk.close(f"[{name}] LoRA adapter after {STEPS} steps {k}", got.get(prefix + k, []), ref.numpy(), 1e-4, 1e-5)
+    cfg_json = os.path.join(tmp, "adapter_config.json")
+    with open(cfg_json) as f:
+        ac = json.load(f)
+    chk.true(f"[{name}] LoRA: adapter_config.json names PEFT's Llama targets, Linear layout",
+             sorted(ac["target_modules"]) == ["down_proj", "q_proj", "v_proj"] and ac["fan_in_fan_out"] is False
+             and ac["r"] == 4, str(ac))
+    # --freeze with Hugging Face names: the embedding and layer 0 stay, the rest trains as the reference
+    frozen = lambda k: k == "model.embed_tokens.weight" or k.startswith("model.layers.0.")
+    losses, final = frozen_reference(cfg, init, idx, targets, frozen)
+    out = os.path.join(tmp, "frozen.safetensors")
+    _, stdout, _ = run([exe] + common + ["--batch", str(B), "--freeze", "model.layers.0.*,model.embed_tokens.weight",
+                                         "--save", out])
+    chk.close(f"[{name}] --freeze: losses", parse_losses(stdout), losses, 2e-5, 0)
+    got = st_load(out)
+    for k, ref in final.items():
+        chk.close(f"[{name}] --freeze: param after {STEPS} steps {k}", got.get(k, []), ref.numpy(), 1e-4, 1e-5)
 
 
 if __name__ == "__main__":
