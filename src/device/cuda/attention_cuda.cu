@@ -308,7 +308,8 @@ bool make_args(fsdp_stream *st, const fsdp_attention_dims *d, const char *what, 
     if (d->B <= 0 || d->T <= 0 || d->H <= 0) return false;  // no rows
     const int hd = d->C / d->H;
     const size_t n = (size_t)d->B * (size_t)d->H * (size_t)d->T;
-    if (d->C <= 0 || d->C % d->H != 0 || hd > kMaxHd || n > 0x7fffffffu) {
+    const bool grouped = (d->kv_heads > 0 && d->kv_heads != d->H) || d->planar;  // not yet on CUDA
+    if (d->C <= 0 || d->C % d->H != 0 || hd > kMaxHd || n > 0x7fffffffu || grouped) {
         fsdp_cuda_check(st, what, (int)CUBLAS_STATUS_NOT_SUPPORTED);  // head dim over 256, C % H, or too many rows
         return false;
     }
