@@ -110,11 +110,15 @@ FSDP_KERNEL(swiglu_forward, (float *, out), (fsdp_bf16 *, out_b16), (const float
 FSDP_KERNEL(swiglu_backward, (float *, dgate), (float *, dup), (const float *, dout), (const float *, gate),
     (const float *, up), (size_t, n))
 
-// Fused (FlashAttention-2 style: no T x T matrix is stored). qkv: rows of 3C (q | k | v); out: rows
-// of C; stats: (B, H, T) saved for backward, each query row's log-sum-exp of its scaled scores.
+// Fused (FlashAttention-2 style: no T x T matrix is stored). qkv: the queries of H heads and the keys and
+// values of d->kv_heads heads (grouped-query: query head h reads key/value head h / (H / kv_heads), never
+// repeated in memory), as rows of (H + 2 kv_heads) hd floats (q | k | v; 3C when kv_heads = H) or as three
+// planes (d->planar; kernels.h's fsdp_attention_layout says where each head is); out: rows of C = H hd;
+// stats: (B, H, T) saved for backward, each query row's log-sum-exp of its scaled scores.
 FSDP_KERNEL(attention_forward, (float *, out), (float *, stats), (const float *, qkv),
     (const fsdp_attention_dims *, d))
-// dqkv: rows of 3C, overwritten; dout, out (forward's output): rows of C; stats: as forward wrote it
+// dqkv: qkv's layout, overwritten (dk and dv of a key/value head: the sums over the query heads that read
+// it); dout, out (forward's output): rows of C; stats: as forward wrote it
 FSDP_KERNEL(attention_backward, (float *, dqkv), (const float *, dout), (const float *, qkv), (const float *, out),
     (const float *, stats), (const fsdp_attention_dims *, d))
 

@@ -176,6 +176,8 @@ static fsdp_attention_dims attention_dims(const nn_ctx *ctx, const nn_block *blk
     d.causal = blk->cfg.causal;
     d.dropout_p = ctx->training ? blk->cfg.attn_dropout : 0.0f;
     d.rng = nn_dropout_rng(ctx, blk->index, SITE_ATTN_PROBS);
+    d.kv_heads = 0;  // as many key/value heads as query heads
+    d.planar = 0;    // qkv rows of 3C (q | k | v)
     return d;
 }
 

@@ -9,6 +9,9 @@
 //    and seq-first (1, B) rows; head dims 8, 24 (not a multiple of the warp), 64, 128 and 256 (the
 //    largest the CUDA kernels take); T in {1, 5, 67, 300} (300: two of the CPU's 256-key blocks, so the
 //    running maximum rescales); B and H small;
+//  - grouped-query attention (kv_heads < H: 2 and 1 key/value heads for 4 query heads) with qkv
+//    interleaved and planar, on the row kernels (head dims 8, 24), the tiles and the tensor cores (64,
+//    128), and planar with kv_heads = H;
 //  - the GPU's results the same bits when run again (no atomics: deterministic);
 //  - B = 0 or T = 0: nothing written.
 // Tolerances. fp32: atol 1e-5, rtol 1e-4 (summation order and expf against the CPU's exp differ; values
@@ -63,31 +66,34 @@ static void check_same_bits(const char *what, const float *got, const float *wan
     }
 }
 
-// One case: forward and backward on both devices, compared.
-static void run_case(int bf16, int Bn, int H, int hd, int Tn, int causal, float p, int seq_first, unsigned seed) {
+// One case: forward and backward on both devices, compared. kv key/value heads (0: H), planar qkv or not.
+static void run_case(int bf16, int Bn, int H, int hd, int Tn, int causal, float p, int seq_first, int kv, int planar,
+                     unsigned seed) {
     int C = H * hd;
-    size_t rows = (size_t)Bn * Tn, nq = rows * 3 * C, no = rows * C, ns = (size_t)Bn * H * Tn;
+    size_t rows = (size_t)Bn * Tn, no = rows * C, ns = (size_t)Bn * H * Tn;
+    size_t nq = rows * (size_t)(H + 2 * (kv ? kv : H)) * hd;  // qkv: the query, key and value heads of every row
     fsdp_attention_dims d = {.B = Bn, .T = Tn, .C = C, .H = H,
                              .stride_b = seq_first ? 1 : Tn, .stride_t = seq_first ? Bn : 1,
-                             .causal = causal, .dropout_p = p, .rng = {20240601u + seed, 7u * seed + 1u}};
+                             .causal = causal, .dropout_p = p, .rng = {20240601u + seed, 7u * seed + 1u},
+                             .kv_heads = kv, .planar = planar};
     char what[200];
-    snprintf(what, sizeof what, "[%s] B=%d H=%d hd=%d T=%d causal=%d p=%g %s", bf16 ? "bf16" : "fp32", Bn, H, hd,
-             Tn, causal, (double)p, seq_first ? "seq-first" : "batch-first");
+    snprintf(what, sizeof what, "[%s] B=%d H=%d kv=%d%s hd=%d T=%d causal=%d p=%g %s", bf16 ? "bf16" : "fp32", Bn, H,
+             kv ? kv : H, planar ? " planar" : "", hd, Tn, causal, (double)p, seq_first ? "seq-first" : "batch-first");
     double atol = bf16 ? B16_ATOL : F32_ATOL, rtol = bf16 ? B16_RTOL : F32_RTOL;
 
-    float *qkv = host_rand(nq, seed * 3 + 1, -1.0f, 1.0f);   // (rows, 3C)
+    float *qkv = host_rand(nq, seed * 3 + 1, -1.0f, 1.0f);   // (nq,)
     float *dout = host_rand(no, seed * 3 + 2, -1.0f, 1.0f);  // (rows, C)
     float *sent = host_sentinel(nq);                          // (nq,) sentinel for every GPU output
 
     // CPU: forward, then backward from its own out and stats
     float *cout = malloc(sizeof(float) * no);     // (rows, C)
     float *cstats = malloc(sizeof(float) * ns);   // (B, H, T)
-    float *cdqkv = malloc(sizeof(float) * nq);    // (rows, 3C)
+    float *cdqkv = malloc(sizeof(float) * nq);    // (nq,): qkv's layout
     T.kc[bf16]->attention_forward(T.cs, cout, cstats, qkv, &d);
     T.kc[bf16]->attention_backward(T.cs, cdqkv, dout, qkv, cout, cstats, &d);
 
     // GPU forward (twice: the same bits)
-    float *g_qkv = dev_floats(qkv, nq);      // (rows, 3C)
+    float *g_qkv = dev_floats(qkv, nq);      // (nq,)
     float *g_out = dev_floats(sent, no);     // (rows, C)
     float *g_stats = dev_floats(sent, ns);   // (B, H, T)
     float *g_out2 = dev_floats(sent, no);    // (rows, C)
@@ -108,11 +114,11 @@ static void run_case(int bf16, int Bn, int H, int hd, int Tn, int causal, float 
     float *g_dout = dev_floats(dout, no);     // (rows, C)
     float *g_cout = dev_floats(cout, no);     // (rows, C)
     float *g_cstats = dev_floats(cstats, ns); // (B, H, T)
-    float *g_dqkv = dev_floats(sent, nq);     // (rows, 3C)
-    float *g_dqkv2 = dev_floats(sent, nq);    // (rows, 3C)
+    float *g_dqkv = dev_floats(sent, nq);     // (nq,)
+    float *g_dqkv2 = dev_floats(sent, nq);    // (nq,)
     T.kg[bf16]->attention_backward(T.gs, g_dqkv, g_dout, g_qkv, g_cout, g_cstats, &d);
     T.kg[bf16]->attention_backward(T.gs, g_dqkv2, g_dout, g_qkv, g_cout, g_cstats, &d);
-    float *dqkv = get_floats(g_dqkv, nq), *dqkv2 = get_floats(g_dqkv2, nq);  // (rows, 3C) each
+    float *dqkv = get_floats(g_dqkv, nq), *dqkv2 = get_floats(g_dqkv2, nq);  // (nq,) each
     snprintf(name, sizeof name, "%s backward dqkv", what);
     cuda_test_compare(name, dqkv, cdqkv, nq, atol, rtol);
     check_same_bits(name, dqkv2, dqkv, nq);
@@ -159,7 +165,16 @@ int main(void) {
                     for (size_t p = 0; p < sizeof PS / sizeof PS[0]; p++)
                         for (int seq_first = 0; seq_first < 2; seq_first++)
                             run_case(bf16, SHAPES[s][0], SHAPES[s][1], SHAPES[s][2], TS[t], causal, PS[p], seq_first,
-                                     seed++);
+                                     0, 0, seed++);
+        // grouped-query (B, H 4, kv, hd, planar): the row kernels, the tiles / tensor cores, planar kv = H
+        static const int GQA[][5] = {{2, 4, 2, 8, 0}, {2, 4, 1, 24, 1}, {2, 4, 2, 64, 1}, {1, 4, 1, 64, 0},
+                                     {2, 4, 2, 128, 0}, {1, 4, 4, 64, 1}, {2, 4, 4, 24, 1}};
+        static const int GTS[] = {5, 67, 300};
+        for (size_t s = 0; s < sizeof GQA / sizeof GQA[0]; s++)
+            for (size_t t = 0; t < sizeof GTS / sizeof GTS[0]; t++)
+                for (int causal = 0; causal < 2; causal++)
+                    run_case(bf16, GQA[s][0], GQA[s][1], GQA[s][3], GTS[t], causal, causal ? 0.1f : 0.0f,
+                             (int)(t % 2), GQA[s][2], GQA[s][4], seed++);
     }
     cuda_test_close(&T);
     if (test_failures) fprintf(stderr, "%d check(s) failed\n", test_failures);

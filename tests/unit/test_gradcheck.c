@@ -1,6 +1,6 @@
 // test_gradcheck.c: finite-difference checks of every module's backward: nn_linear, nn_layernorm,
-// nn_mha, the elementwise kernels, nn_block, nn_sequential, nn_embedding, the cross-entropy kernel and
-// nn_abs_mean (the whole models are in test_gradcheck_models.c). The method, the tolerances and the
+// nn_mha, the attention kernel with grouped-query heads (interleaved and planar qkv), the elementwise
+// kernels, nn_block, nn_sequential, nn_embedding, the cross-entropy kernel and nn_abs_mean (the whole models are in test_gradcheck_models.c). The method, the tolerances and the
 // device-memory discipline (it passes under FSDP_DEVICE=guard) are described in gradcheck_fixture.h.
 #include "gradcheck_fixture.h"
 #include "nn/embedding.h"
@@ -138,7 +138,7 @@ static void test_mha(int causal, int batch_first, int H) {
     nn_mha_init_torch(&t.m, &ps, "", C, H, causal, 0.0f);
     pmem pm = bind_params(&ps);
     t.d = (fsdp_attention_dims){B, T, C, H, batch_first ? T : 1, batch_first ? 1 : B, causal, 0.0f,
-                                nn_dropout_rng(&t.ctx, 0, 1)};
+                                nn_dropout_rng(&t.ctx, 0, 1), 0, 0};
     t.x = buf_new((size_t)N * C), t.qkv = dalloc((size_t)N * 3 * C), t.att = dalloc((size_t)B * H * T * T);
     t.cx = dalloc((size_t)N * C), t.out = dalloc((size_t)N * C), t.r = buf_new((size_t)N * C);
     buf dx = buf_new((size_t)N * C);
@@ -157,6 +157,55 @@ static void test_mha(int causal, int batch_first, int H) {
     buf_free(dx), dfree(sc), dfree(s3c), buf_free(t.x), dfree(t.qkv), dfree(t.att), dfree(t.cx), dfree(t.out);
     buf_free(t.r), pmem_free(&pm);
     nn_params_destroy(&ps);
+}
+
+// ---------------------------------------------------------------------------------------------
+// the attention kernel alone with grouped-query heads (kv_heads < H), qkv interleaved or planar: the
+// gradient of every element of qkv, dk and dv summing the query heads that read them
+
+typedef struct {
+    fsdp_attention_dims d;
+    buf qkv, r;
+    float *out, *stats;  // device: (B*T, C), (B, H, T)
+} gqa_t;
+
+static double gqa_fwd(void *s) {
+    gqa_t *t = s;
+    K->attention_forward(ST, t->out, t->stats, t->qkv.d, &t->d);
+    return dot_r(t->out, t->r.h, (size_t)t->d.B * t->d.T * t->d.C);
+}
+
+static void test_attention_gqa(int kv_heads, int planar, int causal) {
+    int B = 2, T = 5, H = 4, hd = 4, C = H * hd, N = B * T;
+    printf("attention kernel (H=%d, kv_heads=%d, %s, %s)\n", H, kv_heads, planar ? "planar" : "interleaved",
+           causal ? "causal" : "non-causal");
+    gqa_t t = {.d = {.B = B, .T = T, .C = C, .H = H, .stride_b = T, .stride_t = 1, .causal = causal,
+                     .kv_heads = kv_heads, .planar = planar}};
+    size_t n3 = (size_t)N * (size_t)(H + 2 * kv_heads) * hd;
+    t.qkv = buf_new(n3), t.r = buf_new((size_t)N * C);
+    t.out = dalloc((size_t)N * C), t.stats = dalloc((size_t)B * H * T);
+    fill_normal(t.qkv.h, n3, 17, 1.0f);
+    fill_normal(t.r.h, (size_t)N * C, 18, 1.0f);
+    buf_up(t.qkv), buf_up(t.r);
+    buf dqkv = buf_new(n3);
+    fill(dqkv.h, n3, DINP_GARBAGE);
+    buf_up(dqkv);
+    gqa_fwd(&t);
+    K->attention_backward(ST, dqkv.d, t.r.d, t.qkv.d, t.out, t.stats, &t.d);
+    buf_down(dqkv);
+    fd_problem pb = {gqa_fwd, &t, {0}, {0}};
+    if (!planar) {
+        fd_check_buf(&pb, "qkv", t.qkv, dqkv.h);
+    } else {  // plane by plane: samples in the keys and values of every call
+        static const char *plane[] = {"q plane", "k plane", "v plane"};
+        size_t at = 0;
+        for (int i = 0; i < 3; i++) {
+            size_t n = (size_t)N * (i ? kv_heads : H) * hd;
+            fd_check(&pb, plane[i], t.qkv.h + at, t.qkv.d + at, dqkv.h + at, (int64_t)n);
+            at += n;
+        }
+    }
+    buf_free(t.qkv), buf_free(t.r), buf_free(dqkv), dfree(t.out), dfree(t.stats);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -463,6 +512,9 @@ int main(void) {
     test_mha(1, 0, 4);
     test_mha(0, 1, 2);
     test_mha(1, 1, 2);
+    test_attention_gqa(2, 0, 1);
+    test_attention_gqa(1, 1, 0);
+    test_attention_gqa(2, 1, 1);
     for (int a = ACT_RELU; a <= ACT_DROPOUT; a++) test_activation(a);
     test_block("encoder post-LN relu, seq-first, H=4", small_cfg(4, FSDP_ACT_RELU, 0, 0, 0, 0.0f), 0);
     test_block("encoder pre-LN gelu, seq-first, H=2", small_cfg(2, FSDP_ACT_GELU, 1, 0, 0, 0.0f), 0);

@@ -254,31 +254,42 @@ static void case_embedding(blob *o, const shape *s) {
 }
 
 // attention forward and backward through table k: B, T, C, H = a, b, c, d; causal with dropout on
-// batch-first rows, or neither on sequence-first rows (negative d: H = -d, sequence first)
-static void attention_case(const fsdp_kernels *k, blob *o, const shape *s) {
+// batch-first rows, or neither on sequence-first rows (negative d: H = -d, sequence first); kv_heads
+// key/value heads (0: H), qkv planar or interleaved
+static void attention_case(const fsdp_kernels *k, blob *o, const shape *s, int kv_heads, int planar) {
     int seq_first = s->d < 0;
-    fsdp_attention_dims d = {.B = s->a, .T = s->b, .C = s->c, .H = seq_first ? -s->d : s->d};
+    fsdp_attention_dims d = {.B = s->a, .T = s->b, .C = s->c, .H = seq_first ? -s->d : s->d, .kv_heads = kv_heads,
+                             .planar = planar};
     d.stride_b = seq_first ? 1 : d.T;
     d.stride_t = seq_first ? d.B : 1;
     d.causal = !seq_first;
     d.dropout_p = seq_first ? 0.0f : 0.1f;
     d.rng = (fsdp_rng){77, 5};
-    size_t rows = (size_t)d.B * d.T;
+    size_t rows = (size_t)d.B * d.T, n3 = fsdp_attention_qkv_floats(&d);
     seed(6);
-    float *qkv = rand_floats(rows * 3 * d.C, -1.5f, 1.5f);                // (B*T, 3C)
+    float *qkv = rand_floats(n3, -1.5f, 1.5f);                            // (n3,): B*T tokens of q, k and v
     float *dout = rand_floats(rows * d.C, -1.0f, 1.0f);                   // (B*T, C)
     float *out = malloc(sizeof(float) * rows * d.C);                      // (B*T, C)
     float *att = malloc(sizeof(float) * (size_t)d.B * d.H * d.T);  // (B, H, T) row statistics
-    float *dqkv = malloc(sizeof(float) * rows * 3 * d.C);                 // (B*T, 3C)
+    float *dqkv = malloc(sizeof(float) * n3);                             // (n3,): qkv's layout
     k->attention_forward(ST, out, att, qkv, &d);
     put(o, "attention_forward out", out, 4, rows * d.C);
     put(o, "attention_forward att", att, 4, (size_t)d.B * d.H * d.T);
     k->attention_backward(ST, dqkv, dout, qkv, out, att, &d);
-    put(o, "attention_backward dqkv", dqkv, 4, rows * 3 * d.C);
+    put(o, "attention_backward dqkv", dqkv, 4, n3);
     free(qkv), free(dout), free(out), free(att), free(dqkv);
 }
-static void case_attention(blob *o, const shape *s) { attention_case(K32, o, s); }
-static void case_attention_bf16(blob *o, const shape *s) { attention_case(K16, o, s); }
+static void case_attention(blob *o, const shape *s) { attention_case(K32, o, s, 0, 0); }
+static void case_attention_bf16(blob *o, const shape *s) { attention_case(K16, o, s, 0, 0); }
+// grouped-query: a key/value head per two query heads, planar qkv (and one per four, interleaved)
+static void case_attention_gqa(blob *o, const shape *s) {
+    attention_case(K32, o, s, abs(s->d) / 2, 1);
+    attention_case(K32, o, s, abs(s->d) / 4, 0);
+}
+static void case_attention_gqa_bf16(blob *o, const shape *s) {
+    attention_case(K16, o, s, abs(s->d) / 2, 1);
+    attention_case(K16, o, s, abs(s->d) / 4, 0);
+}
 
 // C = alpha op(A) op(B) + beta C for all four transpositions, M, N, K = a, b, c; beta 0 and 1 (the
 // gradients' accumulation), leading dimensions wider than the rows. Through the fp32 table's gemm
@@ -437,6 +448,8 @@ static const kcase cases[] = {
     {"fixed point n=200003", case_fixed_point, {200003, 0, 0, 0}, 0},
     {"attention B=2 T=256 C=128 H=4 causal dropout", case_attention, {2, 256, 128, 4}, 1},
     {"attention B=3 T=65 C=96 H=3 seq-first", case_attention, {3, 65, 96, -3}, 1},
+    {"attention B=2 T=256 C=128 H=4 kv 2 and 1 causal dropout", case_attention_gqa, {2, 256, 128, 4}, 1},
+    {"attention B=3 T=65 C=96 H=8 kv 4 and 2 seq-first", case_attention_gqa, {3, 65, 96, -8}, 1},
     {"gemm 512x512x128 (cut by rows)", case_gemm, {512, 512, 128, 0}, 1},
     {"gemm 256x768x512", case_gemm, {256, 768, 512, 0}, 1},
     {"gemm 160x768x512", case_gemm, {160, 768, 512, 0}, 1},
@@ -447,6 +460,7 @@ static const kcase cases[] = {
     {"gemm 30x20x10 (serial)", case_gemm, {30, 20, 10, 0}, 1},
     {"attention(bf16) B=2 T=256 C=128 H=4 causal dropout", case_attention_bf16, {2, 256, 128, 4}, 2},
     {"attention(bf16) B=3 T=65 C=96 H=3 seq-first", case_attention_bf16, {3, 65, 96, -3}, 2},
+    {"attention(bf16) B=2 T=256 C=128 H=4 kv 2 and 1", case_attention_gqa_bf16, {2, 256, 128, 4}, 2},
     {"gemm(bf16) 512x512x128", case_gemm_bf16, {512, 512, 128, 0}, 2},
     {"gemm(bf16) 160x768x512", case_gemm_bf16, {160, 768, 512, 0}, 2},
     {"gemm(bf16) 128x1024x256", case_gemm_bf16, {128, 1024, 256, 0}, 2},

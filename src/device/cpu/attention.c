@@ -10,9 +10,13 @@
 // Backward's row term D_i = sum_j P_ij dP_ij equals dO_i . O_i with or without dropout (O = (P o Z) V),
 // so it reads the forward output O.
 //
-// Each (b, h) pair is independent; threads take pairs and run small single-threaded GEMMs on the head's
-// rows in place (qkv, out, dout, dqkv with the row stride of the layout), the same bits on any thread
-// count. Under bf16 with the AMX or VDPBF16PS products, a head's keys and values are packed into bf16
+// Grouped-query attention (kv_heads < H): query head h reads key/value head h / (H / kv_heads) in place,
+// never repeated in memory; qkv rows interleaved (q | k | v per token) or three planes (kernels.h's
+// fsdp_attention_layout gives where every head's rows are). Forward: each (b, h) pair is independent;
+// threads take pairs and run small single-threaded GEMMs on the head's rows in place (qkv, out with the
+// row strides of the layout), the same bits on any thread count. Backward: threads take (b, key/value
+// head) groups and run the group's query heads in order, so dk and dv add the query heads' terms in a
+// fixed order (the first head's first query block writes them, later blocks and heads accumulate). Under bf16 with the AMX or VDPBF16PS products, a head's keys and values are packed into bf16
 // tiles once and each query block's queries and output gradients once, instead of once per product
 // (cpu_bf16_tiles_*: the same tiles, so the same bits as cpu_gemm_bf16 per block).
 #include <math.h>
@@ -67,8 +71,8 @@ static float row_max(const float *row, int n, float mx) {
 #endif
 }
 
-// Offset of head column `col` of batch b's first token in a buffer of `rowlen` floats per token; row t of
-// that head is t * (stride_t * rowlen) further, so the products read and write the heads in place.
+// Offset of head column `col` of batch b's first token in a buffer (or plane) of `rowlen` floats per token;
+// row t of that head is t * (stride_t * rowlen) further, so the products read and write the heads in place.
 static size_t head_offset(const fsdp_attention_dims *d, int b, size_t rowlen, size_t col) {
     return (size_t)b * (size_t)d->stride_b * rowlen + col;
 }
@@ -107,9 +111,10 @@ typedef struct {
     gemm_fn gemm;
     int T, hd, kt_hd, kt_t;  // kt_hd, kt_t: k-groups of 32 in hd and in T
     float scale;
-    long ldq, ldo;                // row strides of a head in qkv (q, k, v, dq, dk, dv) and in out (dO)
+    long ldq, ldkv, ldo;          // row strides of a head in qkv (q and dq; k, v, dk and dv) and in out (dO)
     const float *q, *k, *v, *dO;  // the head's rows: (T, hd) each
     float *dq, *dk, *dv;
+    const float *packed_k;        // the keys whose tiles k_t (and k_k, v_k, v_t) hold now (NULL: none yet)
     // packed tiles: per head K^T (B of S = Q K^T, T columns), V (B of O = P V, T k), K (B of dQ = dS K),
     // V^T (B of dP = dO V^T); per query block Q (A of S, scaled), Q (B of dK = dS^T Q), dO (A of dP), dO
     // (B of dV = P^T dO); p_a: P, P^T, dS or dS^T as the A of the product at hand
@@ -120,9 +125,10 @@ typedef struct {
 // packing (gemm given).
 static head_products products_new(gemm_fn gemm, const fsdp_attention_dims *d, int backward) {
     int hd = d->C / d->H, br = d->T < ATT_BR ? d->T : ATT_BR, bc = d->T < ATT_BC ? d->T : ATT_BC;
+    fsdp_attention_layout lay = fsdp_attention_layout_of(d);
     head_products hp = {.gemm = gemm, .T = d->T, .hd = hd, .kt_hd = (hd + 31) / 32, .kt_t = (d->T + 31) / 32,
-                        .scale = 1.0f / sqrtf((float)hd), .ldq = (long)d->stride_t * 3 * d->C,
-                        .ldo = (long)d->stride_t * d->C};
+                        .scale = 1.0f / sqrtf((float)hd), .ldq = (long)(d->stride_t * lay.row_q),
+                        .ldkv = (long)(d->stride_t * lay.row_kv), .ldo = (long)d->stride_t * d->C};
     if (gemm) return hp;
     size_t head = cpu_bf16_tiles_elems(d->T, hd), block = cpu_bf16_tiles_elems(br, hd);
     size_t p = cpu_bf16_tiles_elems(br, bc);  // (br, bc) or (bc, br): the same count
@@ -140,15 +146,18 @@ static head_products products_new(gemm_fn gemm, const fsdp_attention_dims *d, in
 
 static void products_free(head_products *hp) { free(hp->k_t); }
 
-// The head whose rows start at q (k = q + C, v = q + 2 C); dO, dq: NULL in the forward
-static void products_head(head_products *hp, const float *q, int C, const float *dO, float *dq) {
-    hp->q = q, hp->k = q + C, hp->v = q + 2 * C, hp->dO = dO;
-    if (dq) hp->dq = dq, hp->dk = dq + C, hp->dv = dq + 2 * C;
-    if (hp->gemm) return;
-    cpu_bf16_tiles_pack_b(hp->k_t, hp->k, 1, hp->ldq, hp->T, hp->hd);
-    if (!dO) cpu_bf16_tiles_pack_b(hp->v_k, hp->v, hp->ldq, 1, hp->hd, hp->T);
-    if (dO) cpu_bf16_tiles_pack_b(hp->k_k, hp->k, hp->ldq, 1, hp->hd, hp->T);
-    if (dO) cpu_bf16_tiles_pack_b(hp->v_t, hp->v, 1, hp->ldq, hp->T, hp->hd);
+// The query head whose rows start at q (its gradient's at dq) and the key/value head it reads (rows at
+// k and v, gradients at dk and dv); dO, dq, dk, dv: NULL in the forward. The key/value tiles are packed
+// when the keys are not the ones packed last (the query heads of a group share them).
+static void products_head(head_products *hp, const float *q, const float *k, const float *v, const float *dO,
+                          float *dq, float *dk, float *dv) {
+    hp->q = q, hp->k = k, hp->v = v, hp->dO = dO, hp->dq = dq, hp->dk = dk, hp->dv = dv;
+    if (hp->gemm || hp->packed_k == k) return;
+    hp->packed_k = k;
+    cpu_bf16_tiles_pack_b(hp->k_t, hp->k, 1, hp->ldkv, hp->T, hp->hd);
+    if (!dO) cpu_bf16_tiles_pack_b(hp->v_k, hp->v, hp->ldkv, 1, hp->hd, hp->T);
+    if (dO) cpu_bf16_tiles_pack_b(hp->k_k, hp->k, hp->ldkv, 1, hp->hd, hp->T);
+    if (dO) cpu_bf16_tiles_pack_b(hp->v_t, hp->v, 1, hp->ldkv, hp->T, hp->hd);
 }
 
 // The query block of rows i0..i0 + br
@@ -172,8 +181,8 @@ static const uint16_t *from_k(const uint16_t *b, int j0) { return b + (size_t)(j
 // s (br, bc) = scale q_i k_j^T: the block's scores
 static void product_scores(head_products *hp, int i0, int br, int j0, int bc, float *s) {
     if (hp->gemm) {
-        hp->gemm(0, 1, br, bc, hp->hd, hp->scale, hp->q + i0 * hp->ldq, (int)hp->ldq, hp->k + j0 * hp->ldq,
-                 (int)hp->ldq, 0.0f, s, bc);
+        hp->gemm(0, 1, br, bc, hp->hd, hp->scale, hp->q + i0 * hp->ldq, (int)hp->ldq, hp->k + j0 * hp->ldkv,
+                 (int)hp->ldkv, 0.0f, s, bc);
         return;
     }
     cpu_bf16_tiles_product(hp->q_a, hp->kt_hd, from_column(hp, hp->k_t, j0), hp->kt_hd, hp->kt_hd, br, bc, s, bc, 0);
@@ -182,8 +191,8 @@ static void product_scores(head_products *hp, int i0, int br, int j0, int bc, fl
 // o (br, hd, leading dimension ldo) = (accumulate: o +) p (br, bc) v_j
 static void product_pv(head_products *hp, int br, int j0, int bc, const float *p, float *o, int accumulate) {
     if (hp->gemm) {
-        hp->gemm(0, 0, br, hp->hd, bc, 1.0f, p, bc, hp->v + j0 * hp->ldq, (int)hp->ldq, accumulate ? 1.0f : 0.0f, o,
-                 (int)hp->ldo);
+        hp->gemm(0, 0, br, hp->hd, bc, 1.0f, p, bc, hp->v + j0 * hp->ldkv, (int)hp->ldkv, accumulate ? 1.0f : 0.0f,
+                 o, (int)hp->ldo);
         return;
     }
     int kt = (bc + 31) / 32;
@@ -191,36 +200,36 @@ static void product_pv(head_products *hp, int br, int j0, int bc, const float *p
     cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->v_k, j0), hp->kt_t, kt, br, hp->hd, o, (int)hp->ldo, accumulate);
 }
 
-// c (M = bc, hd, leading dimension ldq): rows < seen += alpha x^T y, rows from seen on = alpha x^T y, for x
+// c (M = bc, hd, leading dimension ldkv): rows < seen += alpha x^T y, rows from seen on = alpha x^T y, for x
 // (br, bc) and y (br, hd, leading dimension ldy); on tiles, x^T is packed into p_a and y is y_b. dV and dK:
 // a key block's rows from `seen` on are written for the first time (seen: a multiple of 32).
 static void product_key_rows(head_products *hp, int br, int bc, float alpha, const float *x, const float *y, long ldy,
                              const uint16_t *y_b, float *c, int seen) {
     if (hp->gemm) {
-        if (seen > 0) hp->gemm(1, 0, seen, hp->hd, br, alpha, x, bc, y, (int)ldy, 1.0f, c, (int)hp->ldq);
+        if (seen > 0) hp->gemm(1, 0, seen, hp->hd, br, alpha, x, bc, y, (int)ldy, 1.0f, c, (int)hp->ldkv);
         if (seen < bc)
-            hp->gemm(1, 0, bc - seen, hp->hd, br, alpha, x + seen, bc, y, (int)ldy, 0.0f, c + seen * hp->ldq,
-                     (int)hp->ldq);
+            hp->gemm(1, 0, bc - seen, hp->hd, br, alpha, x + seen, bc, y, (int)ldy, 0.0f, c + seen * hp->ldkv,
+                     (int)hp->ldkv);
         return;
     }
     int kt = (br + 31) / 32;
     cpu_bf16_tiles_pack_a(hp->p_a, x, 1, bc, bc, br, alpha);
-    if (seen > 0) cpu_bf16_tiles_product(hp->p_a, kt, y_b, kt, kt, seen, hp->hd, c, (int)hp->ldq, 1);
+    if (seen > 0) cpu_bf16_tiles_product(hp->p_a, kt, y_b, kt, kt, seen, hp->hd, c, (int)hp->ldkv, 1);
     if (seen < bc)
         cpu_bf16_tiles_product(hp->p_a + (size_t)(seen / 16) * kt * 512, kt, y_b, kt, kt, bc - seen, hp->hd,
-                               c + seen * hp->ldq, (int)hp->ldq, 0);
+                               c + seen * hp->ldkv, (int)hp->ldkv, 0);
 }
 
 // dv_j (+)= p^T dO_i (rows from `seen` on: =)
 static void product_dv(head_products *hp, int i0, int br, int j0, int bc, const float *p, int seen) {
-    product_key_rows(hp, br, bc, 1.0f, p, hp->dO + i0 * hp->ldo, hp->ldo, hp->do_b, hp->dv + j0 * hp->ldq, seen);
+    product_key_rows(hp, br, bc, 1.0f, p, hp->dO + i0 * hp->ldo, hp->ldo, hp->do_b, hp->dv + j0 * hp->ldkv, seen);
 }
 
 // dp (br, bc) = dO_i v_j^T
 static void product_dp(head_products *hp, int i0, int br, int j0, int bc, float *dp) {
     if (hp->gemm) {
-        hp->gemm(0, 1, br, bc, hp->hd, 1.0f, hp->dO + i0 * hp->ldo, (int)hp->ldo, hp->v + j0 * hp->ldq, (int)hp->ldq,
-                 0.0f, dp, bc);
+        hp->gemm(0, 1, br, bc, hp->hd, 1.0f, hp->dO + i0 * hp->ldo, (int)hp->ldo, hp->v + j0 * hp->ldkv,
+                 (int)hp->ldkv, 0.0f, dp, bc);
         return;
     }
     cpu_bf16_tiles_product(hp->do_a, hp->kt_hd, from_column(hp, hp->v_t, j0), hp->kt_hd, hp->kt_hd, br, bc, dp, bc, 0);
@@ -231,15 +240,15 @@ static void product_dq_dk(head_products *hp, int i0, int br, int j0, int bc, con
     float *dq = hp->dq + i0 * hp->ldq;
     int accumulate = j0 > 0;
     if (hp->gemm) {
-        hp->gemm(0, 0, br, hp->hd, bc, hp->scale, ds, bc, hp->k + j0 * hp->ldq, (int)hp->ldq, accumulate ? 1.0f : 0.0f,
-                 dq, (int)hp->ldq);
+        hp->gemm(0, 0, br, hp->hd, bc, hp->scale, ds, bc, hp->k + j0 * hp->ldkv, (int)hp->ldkv,
+                 accumulate ? 1.0f : 0.0f, dq, (int)hp->ldq);
     } else {
         int kt = (bc + 31) / 32;
         cpu_bf16_tiles_pack_a(hp->p_a, ds, bc, 1, br, bc, hp->scale);
         cpu_bf16_tiles_product(hp->p_a, kt, from_k(hp->k_k, j0), hp->kt_t, kt, br, hp->hd, dq, (int)hp->ldq,
                                accumulate);
     }
-    product_key_rows(hp, br, bc, hp->scale, ds, hp->q + i0 * hp->ldq, hp->ldq, hp->q_b, hp->dk + j0 * hp->ldq, seen);
+    product_key_rows(hp, br, bc, hp->scale, ds, hp->q + i0 * hp->ldq, hp->ldq, hp->q_b, hp->dk + j0 * hp->ldkv, seen);
 }
 
 // stats: (B, H, T) log-sum-exp of each row's scaled scores. q is scaled by the products' alpha (our fp32
@@ -248,6 +257,8 @@ static void product_dq_dk(head_products *hp, int i0, int br, int j0, int bc, con
 static void attention_forward(gemm_fn gemm, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, C = d->C, hd = C / H;
     long ldo = (long)d->stride_t * C;  // row stride of a head in out
+    fsdp_attention_layout lay = fsdp_attention_layout_of(d);
+    FSDP_ASSERT(lay.kv_heads > 0 && H % lay.kv_heads == 0);
     cpu_gemm_init();
 #pragma omp parallel
     {
@@ -260,7 +271,9 @@ static void attention_forward(gemm_fn gemm, float *out, float *stats, const floa
 #pragma omp for schedule(static)
         for (int bh = 0; bh < d->B * H; bh++) {
             int b = bh / H, h = bh % H;
-            products_head(&hp, qkv + head_offset(d, b, (size_t)3 * C, (size_t)h * hd), C, NULL, NULL);
+            size_t kv_at = head_offset(d, b, (size_t)lay.row_kv, (size_t)(h / lay.group) * hd);  // its key/value head
+            products_head(&hp, qkv + head_offset(d, b, (size_t)lay.row_q, (size_t)h * hd), qkv + lay.k_base + kv_at,
+                          qkv + lay.v_base + kv_at, NULL, NULL, NULL, NULL);
             float *o = out + head_offset(d, b, (size_t)C, (size_t)h * hd);  // (T, hd), ld ldo
             float *lse = stats + (size_t)bh * T;
             for (int i0 = 0; i0 < T; i0 += ATT_BR) {
@@ -308,6 +321,8 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
                                const float *stats, const fsdp_attention_dims *d) {
     int T = d->T, H = d->H, hd = d->C / d->H, C = d->C;
     long ldo = (long)d->stride_t * C;  // row stride of a head in out and dout
+    fsdp_attention_layout lay = fsdp_attention_layout_of(d);
+    FSDP_ASSERT(lay.kv_heads > 0 && H % lay.kv_heads == 0);
     cpu_gemm_init();
 #pragma omp parallel
     {
@@ -318,47 +333,56 @@ static void attention_backward(gemm_fn gemm, float *dqkv, const float *dout, con
         float *pd = p + tile, *ds = pd + tile, *dd = ds + tile;
         head_products hp = products_new(gemm, d, 1);
 #pragma omp for schedule(static)
-        for (int bh = 0; bh < d->B * H; bh++) {
-            int b = bh / H, h = bh % H;
-            size_t at3 = head_offset(d, b, (size_t)3 * C, (size_t)h * hd), at1 = head_offset(d, b, (size_t)C, (size_t)h * hd);
-            float *dq = dqkv + at3;  // dq, dk, dv: (T, hd) each, ld ldq
-            const float *dO = dout + at1, *o = out + at1;            // (T, hd), ld ldo
-            for (int t = 0; t < T; t++) {
-                float acc = 0.0f;
-                for (int c = 0; c < hd; c++) acc += dO[t * ldo + c] * o[t * ldo + c];
-                dd[t] = acc;
-            }
-            // dq's rows are written by their first key block, dk's and dv's by their first query block
-            products_head(&hp, qkv + at3, C, dO, dq);
-            const float *lse = stats + (size_t)bh * T;
-            for (int i0 = 0; i0 < T; i0 += ATT_BR) {
-                int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
-                int kv_end = d->causal ? i0 + br : T;
-                products_query_block(&hp, i0, br);
-                for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
-                    int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
-                    // rows of this key block that earlier query blocks wrote: causal, the keys before i0
-                    int seen = d->causal ? (i0 - j0 < 0 ? 0 : i0 - j0 < bc ? i0 - j0 : bc) : (i0 > 0 ? bc : 0);
-                    product_scores(&hp, i0, br, j0, bc, p);
-                    for (int r = 0; r < br; r++)  // P = exp(S - lse), zero where masked
-                        exp_visible(p + (size_t)r * bc, visible(d, i0 + r, j0, bc), bc, lse[i0 + r]);
-                    const float *pv = p;  // the probabilities that multiplied V
-                    if (d->dropout_p > 0.0f) {
-                        memcpy(pd, p, sizeof(float) * (size_t)br * bc);
-                        dropout_tile(pd, d, bh, i0, br, j0, bc);
-                        pv = pd;
+        for (int bj = 0; bj < d->B * lay.kv_heads; bj++) {  // a key/value head and the query heads that read it
+            int b = bj / lay.kv_heads, j = bj % lay.kv_heads;
+            size_t kv_at = head_offset(d, b, (size_t)lay.row_kv, (size_t)j * hd);
+            for (int g = 0; g < lay.group; g++) {
+                int h = j * lay.group + g, bh = b * H + h;
+                size_t q_at = head_offset(d, b, (size_t)lay.row_q, (size_t)h * hd);
+                size_t at1 = head_offset(d, b, (size_t)C, (size_t)h * hd);
+                const float *dO = dout + at1, *o = out + at1;  // (T, hd), ld ldo
+                for (int t = 0; t < T; t++) {
+                    float acc = 0.0f;
+                    for (int c = 0; c < hd; c++) acc += dO[t * ldo + c] * o[t * ldo + c];
+                    dd[t] = acc;
+                }
+                // dq's rows are written by their first key block, dk's and dv's by their first query block of
+                // the group's first query head (dq, dk, dv: (T, hd) each, in dqkv's layout)
+                products_head(&hp, qkv + q_at, qkv + lay.k_base + kv_at, qkv + lay.v_base + kv_at, dO, dqkv + q_at,
+                              dqkv + lay.k_base + kv_at, dqkv + lay.v_base + kv_at);
+                const float *lse = stats + (size_t)bh * T;
+                for (int i0 = 0; i0 < T; i0 += ATT_BR) {
+                    int br = T - i0 < ATT_BR ? T - i0 : ATT_BR;
+                    int kv_end = d->causal ? i0 + br : T;
+                    products_query_block(&hp, i0, br);
+                    for (int j0 = 0; j0 < kv_end; j0 += ATT_BC) {
+                        int bc = kv_end - j0 < ATT_BC ? kv_end - j0 : ATT_BC;
+                        // rows of this key block written before: by the group's earlier query heads, all of
+                        // them; by this head's earlier query blocks, causal, the keys before i0
+                        int seen = g > 0         ? bc
+                                   : d->causal ? (i0 - j0 < 0 ? 0 : i0 - j0 < bc ? i0 - j0 : bc)
+                                               : (i0 > 0 ? bc : 0);
+                        product_scores(&hp, i0, br, j0, bc, p);
+                        for (int r = 0; r < br; r++)  // P = exp(S - lse), zero where masked
+                            exp_visible(p + (size_t)r * bc, visible(d, i0 + r, j0, bc), bc, lse[i0 + r]);
+                        const float *pv = p;  // the probabilities that multiplied V
+                        if (d->dropout_p > 0.0f) {
+                            memcpy(pd, p, sizeof(float) * (size_t)br * bc);
+                            dropout_tile(pd, d, bh, i0, br, j0, bc);
+                            pv = pd;
+                        }
+                        // dV += P'^T dO;  dP' = dO V^T (through the dropout: dP = dP' o Z)
+                        product_dv(&hp, i0, br, j0, bc, pv, seen);
+                        product_dp(&hp, i0, br, j0, bc, ds);
+                        if (d->dropout_p > 0.0f) dropout_tile(ds, d, bh, i0, br, j0, bc);
+                        for (int r = 0; r < br; r++) {  // dS = P o (dP - D)
+                            const float *prow = p + (size_t)r * bc;
+                            float *drow = ds + (size_t)r * bc, di = dd[i0 + r];
+                            for (int c = 0; c < bc; c++) drow[c] = prow[c] * (drow[c] - di);
+                        }
+                        // dq += scale dS K;  dk += scale dS^T q (= dS^T q' with q' = scale q)
+                        product_dq_dk(&hp, i0, br, j0, bc, ds, seen);
                     }
-                    // dV += P'^T dO;  dP' = dO V^T (through the dropout: dP = dP' o Z)
-                    product_dv(&hp, i0, br, j0, bc, pv, seen);
-                    product_dp(&hp, i0, br, j0, bc, ds);
-                    if (d->dropout_p > 0.0f) dropout_tile(ds, d, bh, i0, br, j0, bc);
-                    for (int r = 0; r < br; r++) {  // dS = P o (dP - D)
-                        const float *prow = p + (size_t)r * bc;
-                        float *drow = ds + (size_t)r * bc, di = dd[i0 + r];
-                        for (int c = 0; c < bc; c++) drow[c] = prow[c] * (drow[c] - di);
-                    }
-                    // dq += scale dS K;  dk += scale dS^T q (= dS^T q' with q' = scale q)
-                    product_dq_dk(&hp, i0, br, j0, bc, ds, seen);
                 }
             }
         }

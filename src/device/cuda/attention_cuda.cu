@@ -1,8 +1,10 @@
 // attention_cuda.cu: the CUDA device's fused attention (attention_forward, attention_backward), in the
 // fp32 table and the bf16 one: what device/cpu/attention.c computes, with no T x T matrix stored.
 //
-// Layout (kernels.h): qkv rows of 3C (q | k | v), out / dout rows of C, token (b, t) at row
-// b * stride_b + t * stride_t; head h takes columns h*hd .. h*hd + hd of each part (hd = C / H).
+// Layout (kernels.h): qkv holds H query heads and kv_heads key/value heads of hd = C / H floats, as rows
+// of (H + 2 kv_heads) hd (q | k | v) or as three planes (fsdp_attention_layout; Args' q_at, k_at, v_at);
+// out / dout rows of C, token (b, t) at row b * stride_b + t * stride_t; query head h reads key/value
+// head h / (H / kv_heads) (grouped-query attention: the keys and values are never repeated).
 //
 // Forward: one block of kThreads threads per (b, h, query row i). Keys go by in tiles of kTile = 256
 // starting at key 0 (attention.c's ATT_BC key blocks), with the CPU's online softmax per tile: the
@@ -18,8 +20,9 @@
 // P_ij = exp(s_ij - stats_i), dP_ij = (dO_i . v_j) * dropout mask * 1/(1-p) (or 0), dS_ij = P_ij
 // (dP_ij - D_i), dq_i = sum_j (scale dS_ij) k_j, dk_j = sum_i (scale dS_ij) q_i, dv_j = sum_i
 // dropout(P_ij) dO_i. Two kernels, each recomputing P: dq with one block per query row (looping over
-// its visible keys), dk and dv with one block per key row (looping over the queries that see it); each
-// element of dqkv is written once (overwritten), no atomics.
+// its visible keys), dk and dv with one block per key row of a key/value head (looping over the group's
+// query heads in order, and over each one's queries that see the key); each element of dqkv is written
+// once (overwritten), no atomics.
 //
 // Dropout: probability (i, j) of pair bh = b*H + h is kept iff uniform(rng, (bh*T + i)*T + j) >= p
 // (cu_uniform_at: the CPU's Philox stream, so the same mask), kept values times 1/(1-p) in fp32 (the
@@ -34,7 +37,7 @@
 // Head dims 64 and 128 go to 64 x 64 tiles (each K and V row read once per 64 query rows): the fp32
 // table's on CUDA cores (attention_tiles_cuda.cu), the bf16 table's on tensor cores
 // (attention_mma_cuda.cu); these row kernels take the others. Head dims up to kMaxHd (256); larger ones
-// (or C % H != 0) note an error on the stream and compute nothing.
+// (or C % H != 0, or H % kv_heads != 0) note an error on the stream and compute nothing.
 #include <cublas_v2.h>
 #include <math.h>
 #include <stddef.h>
@@ -85,7 +88,7 @@ __device__ float block_max(float v, float *red) {
     return s;
 }
 
-// One block per (b, h, i): blockIdx.x = bh * T + i. out: rows of C; stats: (B, H, T); qkv: rows of 3C.
+// One block per (b, h, i): blockIdx.x = bh * T + i. out: rows of C; stats: (B, H, T); qkv: Args' layout.
 template <bool kB16>
 __global__ void __launch_bounds__(kThreads) k_attention_forward(float *out, float *stats, const float *qkv, Args a) {
     __shared__ float qs[kMaxHd];      // (hd,) the query row, scaled (and rounded): the scores' A
@@ -96,9 +99,9 @@ __global__ void __launch_bounds__(kThreads) k_attention_forward(float *out, floa
     const int T = a.T, C = a.C, hd = a.hd;
     const int i = (int)(blockIdx.x % (unsigned)T), bh = (int)(blockIdx.x / (unsigned)T);
     const int b = bh / a.H, h = bh % a.H;
-    const size_t step = (size_t)a.stride_t * 3 * (size_t)C;  // floats from one token's qkv row to the next's
-    const float *head = qkv + token_row(a, b, 0) * 3 * (size_t)C + (size_t)h * hd;  // (T, hd) q of token 0.., ld step
-    const float *q = head + (size_t)i * step;                                         // (hd,)
+    const int64_t step = kv_step(a);  // floats from one token's key (value) row to the next's
+    const float *kh = qkv + k_at(a, b, 0, h / a.group), *vh = qkv + v_at(a, b, 0, h / a.group);  // (T, hd), ld step
+    const float *q = qkv + q_at(a, b, i, h);                                                      // (hd,)
     for (int c = tid; c < hd; c += kThreads) qs[c] = opnd<kB16>(a.scale * q[c]);
     __syncthreads();
 
@@ -108,7 +111,7 @@ __global__ void __launch_bounds__(kThreads) k_attention_forward(float *out, floa
     for (int j0 = 0; j0 < kv_end; j0 += kTile) {
         const int n = kv_end - j0 < kTile ? kv_end - j0 : kTile;
         for (int jj = warp; jj < n; jj += kWarps) {
-            const float *k = head + (size_t)(j0 + jj) * step + C;  // (hd,)
+            const float *k = kh + (int64_t)(j0 + jj) * step;  // (hd,)
             float acc = 0.0f;
             for (int c = lane; c < hd; c += 32) acc += qs[c] * opnd<kB16>(k[c]);
             acc = warp_sum(acc);
@@ -131,9 +134,9 @@ __global__ void __launch_bounds__(kThreads) k_attention_forward(float *out, floa
         sp[tid] = opnd<kB16>(pe);  // this thread's own element: the others' reads of sp were before block_max
         __syncthreads();
         if (g < G) {
-            const float *v = head + 2 * (size_t)C + col;  // column col of the values, ld step
+            const float *v = vh + col;  // column col of the values, ld step
             float acc = 0.0f;
-            for (int jj = g; jj < n; jj += G) acc += sp[jj] * opnd<kB16>(v[(size_t)(j0 + jj) * step]);
+            for (int jj = g; jj < n; jj += G) acc += sp[jj] * opnd<kB16>(v[(int64_t)(j0 + jj) * step]);
             part[g * hd + col] = acc;
         }
         __syncthreads();
@@ -161,8 +164,8 @@ __global__ void k_attention_rowdot(float *dd, const float *dout, const float *ou
     }
 }
 
-// One block per (b, h, query row i): blockIdx.x = bh * T + i. dqkv: rows of 3C (the q part of row i
-// written); dout: rows of C; qkv: rows of 3C; stats, dd: (B, H, T).
+// One block per (b, h, query row i): blockIdx.x = bh * T + i. dqkv: qkv's layout (query head h of row i
+// written); dout: rows of C; qkv: Args' layout; stats, dd: (B, H, T).
 template <bool kB16>
 __global__ void __launch_bounds__(kThreads)
     k_attention_dq(float *dqkv, const float *dout, const float *qkv, const float *stats, const float *dd, Args a) {
@@ -174,10 +177,10 @@ __global__ void __launch_bounds__(kThreads)
     const int T = a.T, C = a.C, hd = a.hd;
     const int i = (int)(blockIdx.x % (unsigned)T), bh = (int)(blockIdx.x / (unsigned)T);
     const int b = bh / a.H, h = bh % a.H;
-    const size_t step = (size_t)a.stride_t * 3 * (size_t)C;
-    const float *head = qkv + token_row(a, b, 0) * 3 * (size_t)C + (size_t)h * hd;  // (T, hd) q of token 0.., ld step
-    const float *q = head + (size_t)i * step;                                         // (hd,)
-    const float *dO = dout + token_row(a, b, i) * (size_t)C + (size_t)h * hd;          // (hd,)
+    const int64_t step = kv_step(a);
+    const float *kh = qkv + k_at(a, b, 0, h / a.group), *vh = qkv + v_at(a, b, 0, h / a.group);  // (T, hd), ld step
+    const float *q = qkv + q_at(a, b, i, h);                                                      // (hd,)
+    const float *dO = dout + token_row(a, b, i) * (size_t)C + (size_t)h * hd;                     // (hd,)
     for (int c = tid; c < hd; c += kThreads) {
         qs[c] = opnd<kB16>(a.scale * q[c]);
         dos[c] = opnd<kB16>(dO[c]);
@@ -191,7 +194,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int j0 = 0; j0 < kv_end; j0 += kTile) {
         const int n = kv_end - j0 < kTile ? kv_end - j0 : kTile;
         for (int jj = warp; jj < n; jj += kWarps) {
-            const float *k = head + (size_t)(j0 + jj) * step + C, *v = k + C;  // (hd,) each
+            const float *k = kh + (int64_t)(j0 + jj) * step, *v = vh + (int64_t)(j0 + jj) * step;  // (hd,) each
             float s = 0.0f, dp = 0.0f;
             for (int c = lane; c < hd; c += 32) {
                 s += qs[c] * opnd<kB16>(k[c]);
@@ -207,9 +210,9 @@ __global__ void __launch_bounds__(kThreads)
         }
         __syncthreads();
         if (g < G) {
-            const float *k = head + (size_t)C + col;  // column col of the keys, ld step
+            const float *k = kh + col;  // column col of the keys, ld step
             float acc = 0.0f;
-            for (int jj = g; jj < n; jj += G) acc += sp[jj] * opnd<kB16>(k[(size_t)(j0 + jj) * step]);
+            for (int jj = g; jj < n; jj += G) acc += sp[jj] * opnd<kB16>(k[(int64_t)(j0 + jj) * step]);
             part[g * hd + col] = acc;
         }
         __syncthreads();
@@ -219,11 +222,12 @@ __global__ void __launch_bounds__(kThreads)
             dq += acc;
         }
     }
-    if (tid < hd) dqkv[token_row(a, b, i) * 3 * (size_t)C + (size_t)h * hd + tid] = dq;
+    if (tid < hd) dqkv[q_at(a, b, i, h) + tid] = dq;
 }
 
-// One block per (b, h, key row j): blockIdx.x = bh * T + j. dqkv: rows of 3C (the k and v parts of row j
-// written); dout: rows of C; qkv: rows of 3C; stats, dd: (B, H, T).
+// One block per (b, key/value head kvh, key row j): blockIdx.x = (b * KV + kvh) * T + j. dqkv: qkv's
+// layout (key and value head kvh of row j written: the sums over the group's query heads, in head order);
+// dout: rows of C; qkv: Args' layout; stats, dd: (B, H, T).
 template <bool kB16>
 __global__ void __launch_bounds__(kThreads)
     k_attention_dkdv(float *dqkv, const float *dout, const float *qkv, const float *stats, const float *dd, Args a) {
@@ -235,12 +239,10 @@ __global__ void __launch_bounds__(kThreads)
     __shared__ float part_v[kThreads];  // (G, hd) the groups' partial sums of P^T dO
     const int tid = (int)threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int T = a.T, C = a.C, hd = a.hd;
-    const int j = (int)(blockIdx.x % (unsigned)T), bh = (int)(blockIdx.x / (unsigned)T);
-    const int b = bh / a.H, h = bh % a.H;
-    const size_t step = (size_t)a.stride_t * 3 * (size_t)C, ostep = (size_t)a.stride_t * (size_t)C;
-    const float *head = qkv + token_row(a, b, 0) * 3 * (size_t)C + (size_t)h * hd;  // (T, hd) q of token 0.., ld step
-    const float *dhead = dout + token_row(a, b, 0) * (size_t)C + (size_t)h * hd;      // (T, hd) dO, ld ostep
-    const float *k = head + (size_t)j * step + C, *v = k + C;                         // (hd,) each
+    const int j = (int)(blockIdx.x % (unsigned)T), bkv = (int)(blockIdx.x / (unsigned)T);
+    const int b = bkv / a.KV, kvh = bkv % a.KV;
+    const int64_t step = q_step(a), ostep = (int64_t)a.stride_t * C;
+    const float *k = qkv + k_at(a, b, j, kvh), *v = qkv + v_at(a, b, j, kvh);  // (hd,) each
     for (int c = tid; c < hd; c += kThreads) {
         ks[c] = opnd<kB16>(k[c]);
         vs[c] = opnd<kB16>(v[c]);
@@ -248,56 +250,60 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
 
     const int G = kThreads / hd, g = tid / hd, col = tid % hd;
-    const float *lse = stats + (size_t)bh * T, *di = dd + (size_t)bh * T;  // (T,) each
     float dk = 0.0f, dv = 0.0f;  // column tid (tid < hd)
-    for (int i0 = a.causal ? j : 0; i0 < T; i0 += kTile) {  // the queries that see key j
-        const int n = T - i0 < kTile ? T - i0 : kTile;
-        for (int ii = warp; ii < n; ii += kWarps) {
-            const int i = i0 + ii;
-            const float *q = head + (size_t)i * step, *dO = dhead + (size_t)i * ostep;  // (hd,) each
-            float s = 0.0f, dp = 0.0f;
-            for (int c = lane; c < hd; c += 32) {
-                s += opnd<kB16>(a.scale * q[c]) * ks[c];
-                dp += opnd<kB16>(dO[c]) * vs[c];
-            }
-            s = warp_sum(s);
-            dp = warp_sum(dp);
-            if (lane == 0) {
-                const float pr = expf(s - lse[i]);
-                float pd = pr;
-                if (a.dropout) {
-                    const bool keep = kept(a, bh, i, j);
-                    pd = keep ? pr * a.keep : 0.0f;
-                    dp = keep ? dp * a.keep : 0.0f;
+    for (int qh = 0; qh < a.group; qh++) {  // the query heads that read this key/value head, in order
+        const int h = kvh * a.group + qh, bh = b * a.H + h;
+        const float *head = qkv + q_at(a, b, 0, h);                                  // (T, hd) q, ld step
+        const float *dhead = dout + token_row(a, b, 0) * (size_t)C + (size_t)h * hd;  // (T, hd) dO, ld ostep
+        const float *lse = stats + (size_t)bh * T, *di = dd + (size_t)bh * T;        // (T,) each
+        for (int i0 = a.causal ? j : 0; i0 < T; i0 += kTile) {  // the queries that see key j
+            const int n = T - i0 < kTile ? T - i0 : kTile;
+            for (int ii = warp; ii < n; ii += kWarps) {
+                const int i = i0 + ii;
+                const float *q = head + (int64_t)i * step, *dO = dhead + (int64_t)i * ostep;  // (hd,) each
+                float s = 0.0f, dp = 0.0f;
+                for (int c = lane; c < hd; c += 32) {
+                    s += opnd<kB16>(a.scale * q[c]) * ks[c];
+                    dp += opnd<kB16>(dO[c]) * vs[c];
                 }
-                ws[ii] = opnd<kB16>(a.scale * (pr * (dp - di[i])));
-                ps[ii] = opnd<kB16>(pd);
+                s = warp_sum(s);
+                dp = warp_sum(dp);
+                if (lane == 0) {
+                    const float pr = expf(s - lse[i]);
+                    float pd = pr;
+                    if (a.dropout) {
+                        const bool keep = kept(a, bh, i, j);
+                        pd = keep ? pr * a.keep : 0.0f;
+                        dp = keep ? dp * a.keep : 0.0f;
+                    }
+                    ws[ii] = opnd<kB16>(a.scale * (pr * (dp - di[i])));
+                    ps[ii] = opnd<kB16>(pd);
+                }
             }
-        }
-        __syncthreads();
-        if (g < G) {
-            const float *qc = head + col, *dc = dhead + col;  // column col of the queries (ld step), of dO (ld ostep)
-            float acc_k = 0.0f, acc_v = 0.0f;
-            for (int ii = g; ii < n; ii += G) {
-                const size_t i = (size_t)(i0 + ii);
-                acc_k += ws[ii] * opnd<kB16>(qc[i * step]);
-                acc_v += ps[ii] * opnd<kB16>(dc[i * ostep]);
+            __syncthreads();
+            if (g < G) {
+                const float *qc = head + col, *dc = dhead + col;  // column col of the queries (ld step), of dO (ld ostep)
+                float acc_k = 0.0f, acc_v = 0.0f;
+                for (int ii = g; ii < n; ii += G) {
+                    const int64_t i = i0 + ii;
+                    acc_k += ws[ii] * opnd<kB16>(qc[i * step]);
+                    acc_v += ps[ii] * opnd<kB16>(dc[i * ostep]);
+                }
+                part_k[g * hd + col] = acc_k;
+                part_v[g * hd + col] = acc_v;
             }
-            part_k[g * hd + col] = acc_k;
-            part_v[g * hd + col] = acc_v;
-        }
-        __syncthreads();
-        if (tid < hd) {
-            float acc_k = 0.0f, acc_v = 0.0f;
-            for (int gg = 0; gg < G; gg++) acc_k += part_k[gg * hd + tid], acc_v += part_v[gg * hd + tid];
-            dk += acc_k;
-            dv += acc_v;
+            __syncthreads();
+            if (tid < hd) {
+                float acc_k = 0.0f, acc_v = 0.0f;
+                for (int gg = 0; gg < G; gg++) acc_k += part_k[gg * hd + tid], acc_v += part_v[gg * hd + tid];
+                dk += acc_k;
+                dv += acc_v;
+            }
         }
     }
     if (tid < hd) {
-        float *row = dqkv + token_row(a, b, j) * 3 * (size_t)C + (size_t)h * hd;  // (3C,) from this head's q column
-        row[C + tid] = dk;
-        row[2 * (size_t)C + tid] = dv;
+        dqkv[k_at(a, b, j, kvh) + tid] = dk;
+        dqkv[v_at(a, b, j, kvh) + tid] = dv;
     }
 }
 
@@ -308,11 +314,16 @@ bool make_args(fsdp_stream *st, const fsdp_attention_dims *d, const char *what, 
     if (d->B <= 0 || d->T <= 0 || d->H <= 0) return false;  // no rows
     const int hd = d->C / d->H;
     const size_t n = (size_t)d->B * (size_t)d->H * (size_t)d->T;
-    if (d->C <= 0 || d->C % d->H != 0 || hd > kMaxHd || n > 0x7fffffffu) {
-        fsdp_cuda_check(st, what, (int)CUBLAS_STATUS_NOT_SUPPORTED);  // head dim over 256, C % H, or too many rows
+    const fsdp_attention_layout lay = fsdp_attention_layout_of(d);
+    if (d->C <= 0 || d->C % d->H != 0 || hd > kMaxHd || n > 0x7fffffffu || lay.kv_heads <= 0 ||
+        d->H % lay.kv_heads != 0) {
+        // head dim over 256, C % H, H % kv_heads, or too many rows
+        fsdp_cuda_check(st, what, (int)CUBLAS_STATUS_NOT_SUPPORTED);
         return false;
     }
     a->B = d->B, a->T = d->T, a->H = d->H, a->C = d->C, a->hd = hd;
+    a->KV = lay.kv_heads, a->group = lay.group;
+    a->row_q = lay.row_q, a->row_kv = lay.row_kv, a->k_base = lay.k_base, a->v_base = lay.v_base;
     a->stride_b = d->stride_b, a->stride_t = d->stride_t;
     a->causal = d->causal;
     a->dropout = d->dropout_p > 0.0f;
@@ -328,7 +339,7 @@ template <bool kB16>
 void t_attention_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const fsdp_attention_dims *d) {
     Args a;
     unsigned blocks;
-    if (!make_args(st, d, "attention_forward (head dim over 256 or C % H != 0)", &a, &blocks)) return;
+    if (!make_args(st, d, "attention_forward (head dim over 256, C % H != 0 or H % kv_heads != 0)", &a, &blocks)) return;
     if (tiles_fit(a)) {  // head dims 64 and 128
         if (kB16) mma_forward(st, out, stats, qkv, a);  // tensor cores: attention_mma_cuda.cu
         else tiles_forward(st, out, stats, qkv, a);
@@ -343,7 +354,7 @@ void t_attention_backward(fsdp_stream *st, float *dqkv, const float *dout, const
                           const float *stats, const fsdp_attention_dims *d) {
     Args a;
     unsigned blocks;
-    if (!make_args(st, d, "attention_backward (head dim over 256 or C % H != 0)", &a, &blocks)) return;
+    if (!make_args(st, d, "attention_backward (head dim over 256, C % H != 0 or H % kv_heads != 0)", &a, &blocks)) return;
     // dd (B, H, T): the row terms dO . O; then, for the tensor-core kernels, their bf16 operands
     const size_t dd_bytes = (sizeof(float) * blocks + 255) & ~(size_t)255;
     const bool mma = kB16 && tiles_fit(a);
@@ -360,7 +371,7 @@ void t_attention_backward(fsdp_stream *st, float *dqkv, const float *dout, const
     }
     k_attention_dq<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a);
     CU_LAUNCHED(st, "attention_backward (dq)");
-    k_attention_dkdv<kB16><<<blocks, kThreads, 0, cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a);
+    k_attention_dkdv<kB16><<<blocks / (unsigned)a.group, kThreads, 0, cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a);
     CU_LAUNCHED(st, "attention_backward (dk, dv)");
 }
 

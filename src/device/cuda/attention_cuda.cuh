@@ -1,5 +1,6 @@
-// attention_cuda.cuh: what the CUDA attention kernels share: the arguments, token rows, the dropout
-// stream and the bf16 table's operand rounding. attention_cuda.cu: one query or key row per block, any
+// attention_cuda.cuh: what the CUDA attention kernels share: the arguments, token rows and where each
+// head is in qkv (kernels.h's fsdp_attention_layout: grouped-query heads, interleaved or planar), the
+// dropout stream and the bf16 table's operand rounding. attention_cuda.cu: one query or key row per block, any
 // head dim up to 256; for head dims 64 and 128, 64 x 64 tiles: the fp32 table's on CUDA cores
 // (attention_tiles_cuda.cu), the bf16 table's on tensor cores (attention_mma_cuda.cu).
 #pragma once
@@ -13,6 +14,9 @@ namespace cuattn {
 // What the kernels need of fsdp_attention_dims, plus the derived constants
 struct Args {
     int B, T, H, C, hd;
+    int KV, group;               // key/value heads; query heads per key/value head (query head h reads h / group)
+    int64_t row_q, row_kv;       // qkv's layout (fsdp_attention_layout): floats per row of the queries, of k / v
+    int64_t k_base, v_base;      // floats from qkv to the keys, the values of row 0, head 0
     int64_t stride_b, stride_t;  // rows: token (b, t) at b * stride_b + t * stride_t
     int causal;
     int dropout;                 // dropout_p > 0
@@ -33,6 +37,20 @@ __device__ __forceinline__ float opnd(float x) {
 __device__ __forceinline__ size_t token_row(const Args &a, int b, int t) {
     return (size_t)((int64_t)b * a.stride_b + (int64_t)t * a.stride_t);
 }
+
+// floats from qkv (or dqkv) to column 0 of query head h of token (b, t), and to key / value head j's
+__device__ __forceinline__ int64_t q_at(const Args &a, int b, int t, int h) {
+    return (int64_t)token_row(a, b, t) * a.row_q + (int64_t)h * a.hd;
+}
+__device__ __forceinline__ int64_t k_at(const Args &a, int b, int t, int j) {
+    return a.k_base + (int64_t)token_row(a, b, t) * a.row_kv + (int64_t)j * a.hd;
+}
+__device__ __forceinline__ int64_t v_at(const Args &a, int b, int t, int j) {
+    return a.v_base + (int64_t)token_row(a, b, t) * a.row_kv + (int64_t)j * a.hd;
+}
+// floats from one token's queries to the next token's (of the same head), and likewise for k and v
+__device__ __forceinline__ int64_t q_step(const Args &a) { return a.stride_t * a.row_q; }
+__device__ __forceinline__ int64_t kv_step(const Args &a) { return a.stride_t * a.row_kv; }
 
 // index of probability (i, j) of pair bh in the dropout stream
 __device__ __forceinline__ uint64_t drop_index(const Args &a, int bh, int i, int j) {
@@ -56,11 +74,11 @@ bool allow_shared(fsdp_stream *st, Kernel kernel, size_t bytes) {
 // The tiled kernels (attention_tiles_cuda.cu, attention_mma_cuda.cu) take head dims 64 and 128.
 inline bool tiles_fit(const Args &a) { return a.hd == 64 || a.hd == 128; }
 
-// The fp32 table's tiled forward: out (rows of C), stats (B, H, T) from qkv (rows of 3C), as the row
-// kernels compute them (attention_tiles_cuda.cu).
+// The fp32 table's tiled forward: out (rows of C), stats (B, H, T) from qkv (the layout of Args), as the
+// row kernels compute them (attention_tiles_cuda.cu).
 void tiles_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a);
 
-// The fp32 table's tiled backward: dqkv (rows of 3C, every element of the heads' columns written) from
+// The fp32 table's tiled backward: dqkv (qkv's layout, every element of the heads' columns written) from
 // dout (rows of C), qkv, stats and dd (B, H, T) = dO . O per row.
 void tiles_backward(fsdp_stream *st, float *dqkv, const float *dout, const float *qkv, const float *stats,
                     const float *dd, const Args &a);

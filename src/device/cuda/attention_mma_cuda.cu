@@ -4,8 +4,9 @@
 // (the CPU's rounding points, attention_cuda.cu), which is what a tensor core computes; only the order
 // of the fp32 sums differs.
 //
-// A block of 4 warps holds a tile of 64 query rows (forward, dq) or 64 key rows (dk, dv) of one (batch,
-// head) pair; warp w owns rows 16 w .. 16 w + 15 and sweeps the other side 64 rows at a time. Products
+// A block of 4 warps holds a tile of 64 query rows (forward, dq) of one (batch, head) pair, or 64 key rows
+// (dk, dv) of one (batch, key/value head) pair; warp w owns rows 16 w .. 16 w + 15 and sweeps the other
+// side 64 rows at a time (for dk and dv, those of every query head of the group, in order). Products
 // whose accumulators need no per-row rescaling stay in fragments across tiles (dq, dk, dv); the
 // forward's output is rescaled as the running maximum moves, so each tile's P V lands in shared memory
 // and every lane adds it into its row's registers. Softmax, D and dS are fp32 on CUDA cores: lane l of a
@@ -47,15 +48,18 @@ __host__ __device__ constexpr int ld_h() {
 // x rounded to bf16 (nearest even: cu_f32_to_bf16's bits)
 __device__ __forceinline__ bf16 to_bf16(float x) { return __ushort_as_bfloat16(cu_f32_to_bf16(x)); }
 
-// The operands in bf16, rounded once per call instead of once per tile: five (B*H, T, HD) arrays, head bh's
-// token t at (bh * T + t) * HD. q_s = round(scale q) (the scores' A), q_n = round(q) (dk's), k, v, dO
-// rounded. Forward: q_s, k, v; backward: all five (dout NULL in forward: q_n and dO skipped).
+// The operands in bf16, rounded once per call instead of once per tile: (B*H, T, HD) arrays of the query
+// heads, head bh's token t at (bh * T + t) * HD, and (B*KV, T, HD) arrays of the key/value heads, head
+// b * KV + kvh's token t at ((b * KV + kvh) * T + t) * HD. q_s = round(scale q) (the scores' A), q_n =
+// round(q) (dk's), k, v, dO rounded. Forward: q_s, k, v; backward: all five (dout NULL in forward: q_n
+// and dO skipped).
 struct Operands {
-    bf16 *q_s, *q_n, *k, *v, *dout;  // (B*H, T, HD) each; q_n, dout NULL when not needed
+    bf16 *q_s, *q_n, *k, *v, *dout;  // (B*H, T, HD): q_s, q_n, dout (NULL when not needed); (B*KV, T, HD): k, v
 };
 
-// One thread per 4 consecutive columns of one token of one head: the rounded copies of Operands.
-// qkv: rows of 3C; dout: rows of C, or NULL.
+// One thread per 4 consecutive columns of one token of one query head: the rounded copies of Operands
+// (the keys and values by the threads of each group's first query head). qkv: Args' layout; dout: rows
+// of C, or NULL.
 template <int HD>
 __global__ void k_mma_prepare(Operands o, const float *qkv, const float *dout, Args a) {
     const size_t quads = (size_t)a.B * a.H * a.T * (HD / 4);
@@ -64,12 +68,17 @@ __global__ void k_mma_prepare(Operands o, const float *qkv, const float *dout, A
         const int c = (int)(idx % (HD / 4)) * 4;
         const size_t bt = idx / (HD / 4);  // bh * T + t
         const int t = (int)(bt % (size_t)a.T), bh = (int)(bt / (size_t)a.T), b = bh / a.H, h = bh % a.H;
-        const float *q = qkv + (int64_t)token_row(a, b, t) * 3 * a.C + (int64_t)h * HD + c;  // (4,), then k, v at +C
+        const float *q = qkv + q_at(a, b, t, h) + c;  // (4,)
         const size_t at = bt * HD + (size_t)c;
-        for (int e = 0; e < 4; e++) {
-            o.q_s[at + e] = to_bf16(a.scale * q[e]);
-            o.k[at + e] = to_bf16(q[a.C + e]);
-            o.v[at + e] = to_bf16(q[2 * a.C + e]);
+        for (int e = 0; e < 4; e++) o.q_s[at + e] = to_bf16(a.scale * q[e]);
+        if (h % a.group == 0) {
+            const int kvh = h / a.group;
+            const float *k = qkv + k_at(a, b, t, kvh) + c, *v = qkv + v_at(a, b, t, kvh) + c;  // (4,) each
+            const size_t kv = (((size_t)b * a.KV + kvh) * a.T + t) * HD + (size_t)c;
+            for (int e = 0; e < 4; e++) {
+                o.k[kv + e] = to_bf16(k[e]);
+                o.v[kv + e] = to_bf16(v[e]);
+            }
         }
         if (dout) {
             const float *d = dout + (int64_t)token_row(a, b, t) * a.C + (int64_t)h * HD + c;  // (4,)
@@ -159,11 +168,11 @@ constexpr size_t dkdv_bytes() {
 }
 
 // A warp's 16 x HD result (fragments acc) to rows r0 .. r0 + 15 (those under T) of dst: row of token
-// (b, r) at dst + token_row(b, r) * 3C (dst: the head's first column in its part of dqkv), through
-// stage (16, kLdS) shared, 16 columns at a time.
+// (b, r) at dst + token_row(b, r) * row_len (dst: the head's first column in its part of dqkv; row_len:
+// the part's floats per row, Args' row_q or row_kv), through stage (16, kLdS) shared, 16 columns at a time.
 template <int HD>
-__device__ __forceinline__ void store_rows(float *dst, FragC (&acc)[HD / 16], float *stage, const Args &a, int b,
-                                           int r0) {
+__device__ __forceinline__ void store_rows(float *dst, int64_t row_len, FragC (&acc)[HD / 16], float *stage,
+                                           const Args &a, int b, int r0) {
     const int lane = (int)threadIdx.x & 31;
 #pragma unroll
     for (int g = 0; g < HD / 16; g++) {
@@ -171,14 +180,14 @@ __device__ __forceinline__ void store_rows(float *dst, FragC (&acc)[HD / 16], fl
         __syncwarp();
         for (int e = lane; e < 256; e += 32) {
             const int r = e >> 4, c = e & 15;
-            if (r0 + r < a.T) dst[(int64_t)token_row(a, b, r0 + r) * 3 * a.C + 16 * g + c] = stage[r * kLdS + c];
+            if (r0 + r < a.T) dst[(int64_t)token_row(a, b, r0 + r) * row_len + 16 * g + c] = stage[r * kLdS + c];
         }
         __syncwarp();
     }
 }
 
 // Forward: one block per (bh, query tile), heaviest first: blockIdx.x = (ntiles - 1 - tile) * B*H + bh.
-// out: rows of C; stats: (B, H, T); qkv: rows of 3C.
+// out: rows of C; stats: (B, H, T); ops: prepare's.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *stats, Operands ops, Args a, int BH) {
     extern __shared__ __align__(128) unsigned char smem[];
@@ -193,6 +202,7 @@ __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *sta
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kRows;
     const int b = bh / a.H, h = bh % a.H, nq = min(kRows, T - q0);
     const size_t head = (size_t)bh * T * HD;  // this head's rows in the rounded operands
+    const size_t kv_head = ((size_t)b * a.KV + h / a.group) * T * HD;  // its key/value head's
     copy_tile<HD>(Qs, ops.q_s + head, q0, nq);
     float *S = Sf + warp * 16 * kLdS;                // (16, kLdS) this warp's scores
     bf16 *P = Ps + warp * 16 * kLdP;                 // (16, kLdP) this warp's probabilities
@@ -206,8 +216,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *sta
     for (int j0 = 0; j0 < kv_end; j0 += kRows) {
         const int nk = min(kRows, kv_end - j0);
         __syncthreads();  // the previous tile's reads of Ks, Vs are done
-        copy_tile<HD>(Ks, ops.k + head, j0, nk);
-        copy_tile<HD>(Vs, ops.v + head, j0, nk);
+        copy_tile<HD>(Ks, ops.k + kv_head, j0, nk);
+        copy_tile<HD>(Vs, ops.v + kv_head, j0, nk);
         __syncthreads();
         warp_abt<HD>(S, Qs + 16 * warp * ld_h<HD>(), ld_h<HD>(), Ks, ld_h<HD>());
         __syncwarp();
@@ -260,8 +270,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_forward(float *out, float *sta
     }
 }
 
-// dq: one block per (bh, query tile), heaviest first. dqkv: rows of 3C (the q part of the tile's rows);
-// dout: rows of C; qkv: rows of 3C; stats, dd: (B, H, T).
+// dq: one block per (bh, query tile), heaviest first. dqkv: Args' layout (query head h of the tile's
+// rows); ops: prepare's; stats, dd: (B, H, T).
 template <int HD>
 __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, Operands ops, const float *stats, const float *dd,
                                                      Args a, int BH) {
@@ -278,6 +288,7 @@ __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, Operands ops, 
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kRows;
     const int b = bh / a.H, h = bh % a.H, nq = min(kRows, T - q0);
     const size_t head = (size_t)bh * T * HD;  // this head's rows in the rounded operands
+    const size_t kv_head = ((size_t)b * a.KV + h / a.group) * T * HD;  // its key/value head's
     copy_tile<HD>(Qs, ops.q_s + head, q0, nq);
     copy_tile<HD>(dOs, ops.dout + head, q0, nq);
     float *S = Sf + warp * 16 * kLdS, *D = Df + warp * 16 * kLdS;  // (16, kLdS) each: this warp's tiles
@@ -291,8 +302,8 @@ __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, Operands ops, 
     for (int j0 = 0; j0 < kv_end; j0 += kRows) {
         const int nk = min(kRows, kv_end - j0);
         __syncthreads();
-        copy_tile<HD>(Ks, ops.k + head, j0, nk);
-        copy_tile<HD>(Vs, ops.v + head, j0, nk);
+        copy_tile<HD>(Ks, ops.k + kv_head, j0, nk);
+        copy_tile<HD>(Vs, ops.v + kv_head, j0, nk);
         __syncthreads();
         warp_abt<HD>(S, Qs + 16 * warp * ld_h<HD>(), ld_h<HD>(), Ks, ld_h<HD>());
         warp_abt<HD>(D, dOs + 16 * warp * ld_h<HD>(), ld_h<HD>(), Vs, ld_h<HD>());
@@ -314,15 +325,16 @@ __global__ void __launch_bounds__(kThreads) k_mma_dq(float *dqkv, Operands ops, 
         warp_pb<HD>(acc, W, Ks, ld_h<HD>());
         __syncwarp();
     }
-    // the warp's dq rows through its score tile (free now) into the q part of dqkv
-    store_rows<HD>(dqkv + (int64_t)h * HD, acc, Sf + warp * 16 * kLdS, a, b, q0 + 16 * warp);
+    // the warp's dq rows through its score tile (free now) into query head h of dqkv
+    store_rows<HD>(dqkv + (int64_t)h * HD, a.row_q, acc, Sf + warp * 16 * kLdS, a, b, q0 + 16 * warp);
 }
 
-// dk, dv: one block per (bh, key tile); blockIdx.x = tile * B*H + bh (key tile 0 sees the most queries).
-// dqkv: rows of 3C (the k and v parts of the tile's rows); the rest as k_mma_dq.
+// dk, dv: one block per (b, key/value head, key tile); blockIdx.x = tile * B*KV + b * KV + kvh (key tile 0
+// sees the most queries). dqkv: Args' layout (key and value head kvh of the tile's rows: the sums over the
+// group's query heads, in head order); the rest as k_mma_dq.
 template <int HD>
 __global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, Operands ops, const float *stats, const float *dd,
-                                                       Args a, int BH) {
+                                                       Args a, int BKV) {
     extern __shared__ __align__(128) unsigned char smem[];
     const size_t tb = tile_bytes<HD>();
     bf16 *Ks = reinterpret_cast<bf16 *>(smem);            // (64, ld_h) round(k) of the key tile
@@ -337,71 +349,83 @@ __global__ void __launch_bounds__(kThreads) k_mma_dkdv(float *dqkv, Operands ops
     float *lse_s = reinterpret_cast<float *>(smem + 5 * tb + 2 * kScoreBytes + 2 * kProbBytes);  // (64,) the tile's lse
     float *di_s = lse_s + kRows;                                                                  // (64,) its D
     const int warp = (int)threadIdx.x >> 5, lane = (int)threadIdx.x & 31, rr = lane >> 1, half = lane & 1;
-    const int T = a.T, C = a.C;
-    const int bh = (int)(blockIdx.x % (unsigned)BH), k0 = (int)(blockIdx.x / (unsigned)BH) * kRows;
-    const int b = bh / a.H, h = bh % a.H, nk = min(kRows, T - k0);
-    const size_t head = (size_t)bh * T * HD;  // this head's rows in the rounded operands
-    copy_tile<HD>(Ks, ops.k + head, k0, nk);
-    copy_tile<HD>(Vs, ops.v + head, k0, nk);
+    const int T = a.T;
+    const int bkv = (int)(blockIdx.x % (unsigned)BKV), k0 = (int)(blockIdx.x / (unsigned)BKV) * kRows;
+    const int b = bkv / a.KV, kvh = bkv % a.KV, nk = min(kRows, T - k0);
+    const size_t kv_head = (size_t)bkv * T * HD;  // this key/value head's rows in the rounded operands
+    copy_tile<HD>(Ks, ops.k + kv_head, k0, nk);
+    copy_tile<HD>(Vs, ops.v + kv_head, k0, nk);
     float *S = Sf + warp * 16 * kLdS, *D = Df + warp * 16 * kLdS;  // (16, kLdS) each
     bf16 *W = Ws + warp * 16 * kLdP, *P = Ps + warp * 16 * kLdP;   // (16, kLdP) each
     const int j = k0 + 16 * warp + rr;                             // this lane's key row
     FragC dk[HD / 16], dv[HD / 16];
 #pragma unroll
     for (int g = 0; g < HD / 16; g++) wmma::fill_fragment(dk[g], 0.0f), wmma::fill_fragment(dv[g], 0.0f);
-    for (int i0 = a.causal ? k0 : 0; i0 < T; i0 += kRows) {
-        const int ni = min(kRows, T - i0);
-        __syncthreads();  // the previous tile's reads are done
-        copy_tile<HD>(Qs, ops.q_s + head, i0, ni);
-        copy_tile<HD>(Qn, ops.q_n + head, i0, ni);
-        copy_tile<HD>(dOs, ops.dout + head, i0, ni);
-        for (int r = (int)threadIdx.x; r < kRows; r += kThreads) {
-            lse_s[r] = r < ni ? stats[(int64_t)bh * T + i0 + r] : 0.0f;
-            di_s[r] = r < ni ? dd[(int64_t)bh * T + i0 + r] : 0.0f;
-        }
-        __syncthreads();
-        warp_abt<HD>(S, Ks + 16 * warp * ld_h<HD>(), ld_h<HD>(), Qs, ld_h<HD>());   // S^T: keys x queries
-        warp_abt<HD>(D, Vs + 16 * warp * ld_h<HD>(), ld_h<HD>(), dOs, ld_h<HD>());  // dP^T
-        __syncwarp();
-        const float *s = S + rr * kLdS + 32 * half, *dp = D + rr * kLdS + 32 * half;  // (32,) each
-        bf16 *w = W + rr * kLdP + 32 * half, *p = P + rr * kLdP + 32 * half;          // (32,) each
-        for (int t = 0; t < 32; t++) {
-            const int ii = 32 * half + t, i = i0 + ii;
-            float wv = 0.0f, pd = 0.0f;
-            if (i < T && j < T && (!a.causal || j <= i)) {
-                const float pr = expf(s[t] - lse_s[ii]);
-                float d = dp[t];
-                pd = pr;
-                if (a.dropout) {
-                    const bool keep = kept(a, bh, i, j);
-                    pd = keep ? pr * a.keep : 0.0f;
-                    d = keep ? d * a.keep : 0.0f;
-                }
-                wv = a.scale * (pr * (d - di_s[ii]));
+    for (int qh = 0; qh < a.group; qh++) {  // the query heads that read this key/value head, in order
+        const int h = kvh * a.group + qh, bh = b * a.H + h;
+        const size_t head = (size_t)bh * T * HD;  // this query head's rows in the rounded operands
+        for (int i0 = a.causal ? k0 : 0; i0 < T; i0 += kRows) {
+            const int ni = min(kRows, T - i0);
+            __syncthreads();  // the previous tile's reads are done
+            copy_tile<HD>(Qs, ops.q_s + head, i0, ni);
+            copy_tile<HD>(Qn, ops.q_n + head, i0, ni);
+            copy_tile<HD>(dOs, ops.dout + head, i0, ni);
+            for (int r = (int)threadIdx.x; r < kRows; r += kThreads) {
+                lse_s[r] = r < ni ? stats[(int64_t)bh * T + i0 + r] : 0.0f;
+                di_s[r] = r < ni ? dd[(int64_t)bh * T + i0 + r] : 0.0f;
             }
-            w[t] = to_bf16(wv);
-            p[t] = to_bf16(pd);
+            __syncthreads();
+            warp_abt<HD>(S, Ks + 16 * warp * ld_h<HD>(), ld_h<HD>(), Qs, ld_h<HD>());   // S^T: keys x queries
+            warp_abt<HD>(D, Vs + 16 * warp * ld_h<HD>(), ld_h<HD>(), dOs, ld_h<HD>());  // dP^T
+            __syncwarp();
+            const float *s = S + rr * kLdS + 32 * half, *dp = D + rr * kLdS + 32 * half;  // (32,) each
+            bf16 *w = W + rr * kLdP + 32 * half, *p = P + rr * kLdP + 32 * half;          // (32,) each
+            for (int t = 0; t < 32; t++) {
+                const int ii = 32 * half + t, i = i0 + ii;
+                float wv = 0.0f, pd = 0.0f;
+                if (i < T && j < T && (!a.causal || j <= i)) {
+                    const float pr = expf(s[t] - lse_s[ii]);
+                    float d = dp[t];
+                    pd = pr;
+                    if (a.dropout) {
+                        const bool keep = kept(a, bh, i, j);
+                        pd = keep ? pr * a.keep : 0.0f;
+                        d = keep ? d * a.keep : 0.0f;
+                    }
+                    wv = a.scale * (pr * (d - di_s[ii]));
+                }
+                w[t] = to_bf16(wv);
+                p[t] = to_bf16(pd);
+            }
+            __syncwarp();
+            warp_pb<HD>(dk, W, Qn, ld_h<HD>());
+            warp_pb<HD>(dv, P, dOs, ld_h<HD>());
+            __syncwarp();
         }
-        __syncwarp();
-        warp_pb<HD>(dk, W, Qn, ld_h<HD>());
-        warp_pb<HD>(dv, P, dOs, ld_h<HD>());
-        __syncwarp();
     }
     float *stage = Sf + warp * 16 * kLdS;  // (16, kLdS): 16 columns at a time
-    store_rows<HD>(dqkv + (int64_t)C + (int64_t)h * HD, dk, stage, a, b, k0 + 16 * warp);
-    store_rows<HD>(dqkv + 2 * (int64_t)C + (int64_t)h * HD, dv, stage, a, b, k0 + 16 * warp);
+    store_rows<HD>(dqkv + a.k_base + (int64_t)kvh * HD, a.row_kv, dk, stage, a, b, k0 + 16 * warp);
+    store_rows<HD>(dqkv + a.v_base + (int64_t)kvh * HD, a.row_kv, dv, stage, a, b, k0 + 16 * warp);
 }
 
-// one rounded operand's bytes in the scratch, 256-byte aligned
-size_t operand_bytes(const Args &a) { return (sizeof(bf16) * (size_t)a.B * a.H * a.T * a.hd + 255) & ~(size_t)255; }
+// one rounded operand's bytes in the scratch, 256-byte aligned: of `heads` heads (H for the queries and
+// dO, KV for the keys and values)
+size_t operand_bytes(const Args &a, int heads) {
+    return (sizeof(bf16) * (size_t)a.B * heads * a.T * a.hd + 255) & ~(size_t)255;
+}
 
-// The rounded operands in scratch (3 or 5 of operand_bytes), made on st: q_s, k, v, and q_n and dO when
-// dout is not NULL.
+// the scratch of the operands: q_s, k, v (forward), then q_n and dO (backward)
+size_t operands_bytes(const Args &a, bool backward) {
+    return (backward ? 3 : 1) * operand_bytes(a, a.H) + 2 * operand_bytes(a, a.KV);
+}
+
+// The rounded operands in scratch (operands_bytes), made on st: q_s, k, v, and q_n and dO when dout is
+// not NULL.
 template <int HD>
 Operands prepare(fsdp_stream *st, unsigned char *scratch, const float *qkv, const float *dout, const Args &a) {
-    const size_t n = operand_bytes(a);
-    Operands o = {(bf16 *)scratch, NULL, (bf16 *)(scratch + n), (bf16 *)(scratch + 2 * n), NULL};
-    if (dout) o.q_n = (bf16 *)(scratch + 3 * n), o.dout = (bf16 *)(scratch + 4 * n);
+    const size_t nq = operand_bytes(a, a.H), nkv = operand_bytes(a, a.KV);
+    Operands o = {(bf16 *)scratch, NULL, (bf16 *)(scratch + nq), (bf16 *)(scratch + nq + nkv), NULL};
+    if (dout) o.q_n = (bf16 *)(scratch + nq + 2 * nkv), o.dout = (bf16 *)(scratch + 2 * nq + 2 * nkv);
     const size_t quads = (size_t)a.B * a.H * a.T * (HD / 4);
     k_mma_prepare<HD><<<cu_blocks(quads, 256), 256, 0, cu_stream(st)>>>(o, qkv, dout, a);
     CU_LAUNCHED(st, "attention (bf16 operands)");
@@ -410,7 +434,7 @@ Operands prepare(fsdp_stream *st, unsigned char *scratch, const float *qkv, cons
 
 template <int HD>
 void forward_hd(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a, int BH) {
-    unsigned char *scratch = (unsigned char *)fsdp_cuda_scratch(st, 3 * operand_bytes(a));  // q_s, k, v
+    unsigned char *scratch = (unsigned char *)fsdp_cuda_scratch(st, operands_bytes(a, false));  // q_s, k, v
     if (!scratch || !allow_shared(st, k_mma_forward<HD>, fwd_bytes<HD>())) return;  // failures noted on st
     const Operands ops = prepare<HD>(st, scratch, qkv, NULL, a);
     k_mma_forward<HD><<<(unsigned)n_tiles(a.T) * (unsigned)BH, kThreads, fwd_bytes<HD>(), cu_stream(st)>>>(out, stats,
@@ -423,10 +447,11 @@ void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *q
                  const float *dd, const Args &a, int BH, unsigned char *scratch) {
     if (!allow_shared(st, k_mma_dq<HD>, dq_bytes<HD>()) || !allow_shared(st, k_mma_dkdv<HD>, dkdv_bytes<HD>())) return;
     const Operands ops = prepare<HD>(st, scratch, qkv, dout, a);
-    const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH;
+    const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH, BKV = (unsigned)(BH / a.group);
     k_mma_dq<HD><<<blocks, kThreads, dq_bytes<HD>(), cu_stream(st)>>>(dqkv, ops, stats, dd, a, BH);
     CU_LAUNCHED(st, "attention_backward (dq, tensor cores)");
-    k_mma_dkdv<HD><<<blocks, kThreads, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, ops, stats, dd, a, BH);
+    k_mma_dkdv<HD><<<(unsigned)n_tiles(a.T) * BKV, kThreads, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, ops, stats, dd,
+                                                                                               a, (int)BKV);
     CU_LAUNCHED(st, "attention_backward (dk, dv, tensor cores)");
 }
 
@@ -434,7 +459,7 @@ void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *q
 
 namespace cuattn {
 
-size_t mma_backward_scratch(const Args &a) { return 5 * operand_bytes(a); }
+size_t mma_backward_scratch(const Args &a) { return operands_bytes(a, true); }
 
 void mma_forward(fsdp_stream *st, float *out, float *stats, const float *qkv, const Args &a) {
     if (a.hd == 64) forward_hd<64>(st, out, stats, qkv, a, a.B * a.H);

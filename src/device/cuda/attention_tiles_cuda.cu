@@ -3,8 +3,9 @@
 // and V row read once per 64 query rows instead of once per query row. (The bf16 table's runs on tensor
 // cores: attention_mma_cuda.cu.)
 //
-// A block of 256 threads (16 x 16) holds one tile of 64 query rows (forward, dq) or 64 key rows (dk, dv)
-// of one (batch, head) pair in shared memory and sweeps the other side's rows 64 at a time. Products run
+// A block of 256 threads (16 x 16) holds one tile of 64 query rows (forward, dq) of one (batch, head)
+// pair, or 64 key rows (dk, dv) of one (batch, key/value head) pair, in shared memory and sweeps the
+// other side's rows 64 at a time (for dk and dv, those of every query head of the group, in order). Products run
 // from shared memory: thread (ty, tx) owns rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3 of a 64 x 64
 // score tile (and columns 64 g + 4 tx .. + 3, g < hd / 64, of a 64 x hd output tile), reading float4s of
 // operands stored k-major (a row of the product's inner dimension holds 64 rows' values). A row's
@@ -109,13 +110,14 @@ __device__ __forceinline__ float row_sum16(float v) {
 // tiles of 64 rows covering T
 __host__ __device__ __forceinline__ int n_tiles(int T) { return (T + kBR - 1) / kBR; }
 
-// pointer to the head's column 0 of part `part` (0 q, 1 k, 2 v) for token 0 of batch b; token t at + t * step
+// pointer to column 0 of token 0 of batch b of query head h (part 0; token t at + t * q_step) or of
+// key / value head h (parts 1, 2; token t at + t * kv_step), in qkv's layout (Args)
 __device__ __forceinline__ const float *qkv_head(const float *qkv, const Args &a, int b, int h, int part) {
-    return qkv + (int64_t)token_row(a, b, 0) * 3 * a.C + (int64_t)part * a.C + (int64_t)h * a.hd;
+    return qkv + (part == 0 ? q_at(a, b, 0, h) : part == 1 ? k_at(a, b, 0, h) : v_at(a, b, 0, h));
 }
 
 // Forward: one block per (bh, query tile); blockIdx.x = (ntiles - 1 - tile) * B*H + bh (heaviest first).
-// out: rows of C; stats: (B, H, T); qkv: rows of 3C.
+// out: rows of C; stats: (B, H, T); qkv: Args' layout.
 template <int HD>
 __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats, const float *qkv, Args a, int BH) {
     extern __shared__ float4 smem4[];
@@ -126,8 +128,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int T = a.T, C = a.C;
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kBR;
-    const int b = bh / a.H, h = bh % a.H, nq = min(kBR, T - q0);
-    const int64_t step = a.stride_t * 3 * (int64_t)C;  // floats from one token's qkv row to the next's
+    const int b = bh / a.H, h = bh % a.H, kvh = h / a.group, nq = min(kBR, T - q0);
+    const int64_t step = q_step(a), kstep = kv_step(a);  // floats from one token's q (k, v) row to the next's
     load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
 
     float m[4], l[4], o[4][HD / 16];
@@ -139,8 +141,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
     for (int j0 = 0; j0 < kv_end; j0 += kBR) {
         const int nk = min(kBR, kv_end - j0);
         __syncthreads();  // the previous tile's reads of Kt, Vn, Pt are done
-        load_kmajor<HD>(Kt, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
-        load_natural<HD>(Vn, qkv_head(qkv, a, b, h, 2), step, j0, nk);
+        load_kmajor<HD>(Kt, qkv_head(qkv, a, b, kvh, 1), kstep, j0, nk, 1.0f);
+        load_natural<HD>(Vn, qkv_head(qkv, a, b, kvh, 2), kstep, j0, nk);
         __syncthreads();
         float s[4][4] = {};
         outer4<HD>(s, Qt, kLd, 4 * ty, Kt, kLd, 4 * tx);
@@ -191,8 +193,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_forward(float *out, float *stats,
     }
 }
 
-// dq: one block per (bh, query tile), heaviest first as the forward. dqkv: rows of 3C (the q part of the
-// tile's rows written); dout: rows of C; qkv: rows of 3C; stats, dd: (B, H, T).
+// dq: one block per (bh, query tile), heaviest first as the forward. dqkv: qkv's layout (query head h of
+// the tile's rows written); dout: rows of C; qkv: Args' layout; stats, dd: (B, H, T).
 template <int HD>
 __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout, const float *qkv,
                                                   const float *stats, const float *dd, Args a, int BH) {
@@ -206,8 +208,8 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int T = a.T, C = a.C;
     const int bh = (int)(blockIdx.x % (unsigned)BH), q0 = (n_tiles(T) - 1 - (int)(blockIdx.x / (unsigned)BH)) * kBR;
-    const int b = bh / a.H, h = bh % a.H, nq = min(kBR, T - q0);
-    const int64_t step = a.stride_t * 3 * (int64_t)C, ostep = a.stride_t * (int64_t)C;
+    const int b = bh / a.H, h = bh % a.H, kvh = h / a.group, nq = min(kBR, T - q0);
+    const int64_t step = q_step(a), kstep = kv_step(a), ostep = a.stride_t * (int64_t)C;
     const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
     load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, q0, nq, a.scale);
     load_kmajor<HD>(dOt, dhead, ostep, q0, nq, 1.0f);
@@ -222,9 +224,9 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
     for (int j0 = 0; j0 < kv_end; j0 += kBR) {
         const int nk = min(kBR, kv_end - j0);
         __syncthreads();
-        load_kmajor<HD>(Kt, qkv_head(qkv, a, b, h, 1), step, j0, nk, 1.0f);
-        load_kmajor<HD>(Vt, qkv_head(qkv, a, b, h, 2), step, j0, nk, 1.0f);
-        load_natural<HD>(Kn, qkv_head(qkv, a, b, h, 1), step, j0, nk);
+        load_kmajor<HD>(Kt, qkv_head(qkv, a, b, kvh, 1), kstep, j0, nk, 1.0f);
+        load_kmajor<HD>(Vt, qkv_head(qkv, a, b, kvh, 2), kstep, j0, nk, 1.0f);
+        load_natural<HD>(Kn, qkv_head(qkv, a, b, kvh, 1), kstep, j0, nk);
         __syncthreads();
         float s[4][4] = {}, dp[4][4] = {};
         outer4<HD>(s, Qt, kLd, 4 * ty, Kt, kLd, 4 * tx);
@@ -252,17 +254,18 @@ __global__ void __launch_bounds__(kTT) k_tiles_dq(float *dqkv, const float *dout
     for (int r = 0; r < 4; r++) {
         const int i = q0 + 4 * ty + r;
         if (i >= T) continue;
-        float *row = dqkv + (int64_t)token_row(a, b, i) * 3 * C + (int64_t)h * HD;  // (HD,) the q part
+        float *row = dqkv + q_at(a, b, i, h);  // (HD,) query head h of row i
         for (int g = 0; g < HD / 64; g++)
             for (int c = 0; c < 4; c++) row[64 * g + 4 * tx + c] = dq[r][4 * g + c];
     }
 }
 
-// dk, dv: one block per (bh, key tile); blockIdx.x = tile * B*H + bh (key tile 0 sees the most queries).
-// dqkv: rows of 3C (the k and v parts of the tile's rows written); the rest as k_tiles_dq.
+// dk, dv: one block per (b, key/value head, key tile); blockIdx.x = tile * B*KV + b * KV + kvh (key tile 0
+// sees the most queries). dqkv: qkv's layout (key and value head kvh of the tile's rows written: the sums
+// over the group's query heads, in head order); the rest as k_tiles_dq.
 template <int HD>
 __global__ void __launch_bounds__(kTT) k_tiles_dkdv(float *dqkv, const float *dout, const float *qkv,
-                                                    const float *stats, const float *dd, Args a, int BH) {
+                                                    const float *stats, const float *dd, Args a, int BKV) {
     extern __shared__ float4 smem4[];
     float *Kt = reinterpret_cast<float *>(smem4);  // (HD, kLd) the key tile, k-major (scores)
     float *Vt = Kt + HD * kLd;                     // (HD, kLd) the value tile, k-major (dP)
@@ -274,69 +277,72 @@ __global__ void __launch_bounds__(kTT) k_tiles_dkdv(float *dqkv, const float *do
     float *Ps = dOt;                               // (kBR queries, kLd) round(dropout(P)), over dOt once read
     const int tid = (int)threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int T = a.T, C = a.C;
-    const int bh = (int)(blockIdx.x % (unsigned)BH), k0 = (int)(blockIdx.x / (unsigned)BH) * kBR;
-    const int b = bh / a.H, h = bh % a.H, nk = min(kBR, T - k0);
-    const int64_t step = a.stride_t * 3 * (int64_t)C, ostep = a.stride_t * (int64_t)C;
-    const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
-    load_kmajor<HD>(Kt, qkv_head(qkv, a, b, h, 1), step, k0, nk, 1.0f);
-    load_kmajor<HD>(Vt, qkv_head(qkv, a, b, h, 2), step, k0, nk, 1.0f);
+    const int bkv = (int)(blockIdx.x % (unsigned)BKV), k0 = (int)(blockIdx.x / (unsigned)BKV) * kBR;
+    const int b = bkv / a.KV, kvh = bkv % a.KV, nk = min(kBR, T - k0);
+    const int64_t step = q_step(a), kstep = kv_step(a), ostep = a.stride_t * (int64_t)C;
+    load_kmajor<HD>(Kt, qkv_head(qkv, a, b, kvh, 1), kstep, k0, nk, 1.0f);
+    load_kmajor<HD>(Vt, qkv_head(qkv, a, b, kvh, 2), kstep, k0, nk, 1.0f);
     float dk[4][HD / 16], dv[4][HD / 16];
     for (int r = 0; r < 4; r++)
         for (int c = 0; c < HD / 16; c++) dk[r][c] = 0.0f, dv[r][c] = 0.0f;
-    for (int i0 = a.causal ? k0 : 0; i0 < T; i0 += kBR) {
-        const int ni = min(kBR, T - i0);
-        __syncthreads();  // the previous tile's reads of Ws, Ps, Qn, dOn are done
-        load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, i0, ni, a.scale);
-        load_kmajor<HD>(dOt, dhead, ostep, i0, ni, 1.0f);
-        load_natural<HD>(Qn, qkv_head(qkv, a, b, h, 0), step, i0, ni);
-        load_natural<HD>(dOn, dhead, ostep, i0, ni);
-        float lse[4], di[4];
-        for (int r = 0; r < 4; r++) {
-            const int i = i0 + 4 * ty + r;
-            lse[r] = i < T ? stats[(int64_t)bh * T + i] : 0.0f;
-            di[r] = i < T ? dd[(int64_t)bh * T + i] : 0.0f;
-        }
-        __syncthreads();
-        float s[4][4] = {}, dp[4][4] = {};  // rows: queries 4 ty + r; columns: keys 4 tx + c
-        outer4<HD>(s, Qt, kLd, 4 * ty, Kt, kLd, 4 * tx);
-        outer4<HD>(dp, dOt, kLd, 4 * ty, Vt, kLd, 4 * tx);
-        __syncthreads();  // Qt and dOt are read: Ws and Ps may overwrite them
-#pragma unroll
-        for (int r = 0; r < 4; r++) {
-            const int i = i0 + 4 * ty + r;
-#pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int j = k0 + 4 * tx + c;
-                const bool valid = i < T && j < T && (!a.causal || j <= i);
-                float w = 0.0f, pd = 0.0f;
-                if (valid) {
-                    const float pr = expf(s[r][c] - lse[r]);
-                    float d = dp[r][c];
-                    pd = pr;
-                    if (a.dropout) {
-                        const bool keep = kept(a, bh, i, j);
-                        pd = keep ? pr * a.keep : 0.0f;
-                        d = keep ? d * a.keep : 0.0f;
-                    }
-                    w = (a.scale * (pr * (d - di[r])));
-                    pd = (pd);
-                }
-                Ws[(4 * ty + r) * kLd + 4 * tx + c] = w;
-                Ps[(4 * ty + r) * kLd + 4 * tx + c] = pd;
+    for (int qh = 0; qh < a.group; qh++) {  // the query heads that read this key/value head, in order
+        const int h = kvh * a.group + qh, bh = b * a.H + h;
+        const float *dhead = dout + (int64_t)token_row(a, b, 0) * C + (int64_t)h * HD;  // (T, HD) dO, rows ostep apart
+        for (int i0 = a.causal ? k0 : 0; i0 < T; i0 += kBR) {
+            const int ni = min(kBR, T - i0);
+            __syncthreads();  // the previous tile's reads of Ws, Ps, Qn, dOn are done
+            load_kmajor<HD>(Qt, qkv_head(qkv, a, b, h, 0), step, i0, ni, a.scale);
+            load_kmajor<HD>(dOt, dhead, ostep, i0, ni, 1.0f);
+            load_natural<HD>(Qn, qkv_head(qkv, a, b, h, 0), step, i0, ni);
+            load_natural<HD>(dOn, dhead, ostep, i0, ni);
+            float lse[4], di[4];
+            for (int r = 0; r < 4; r++) {
+                const int i = i0 + 4 * ty + r;
+                lse[r] = i < T ? stats[(int64_t)bh * T + i] : 0.0f;
+                di[r] = i < T ? dd[(int64_t)bh * T + i] : 0.0f;
             }
+            __syncthreads();
+            float s[4][4] = {}, dp[4][4] = {};  // rows: queries 4 ty + r; columns: keys 4 tx + c
+            outer4<HD>(s, Qt, kLd, 4 * ty, Kt, kLd, 4 * tx);
+            outer4<HD>(dp, dOt, kLd, 4 * ty, Vt, kLd, 4 * tx);
+            __syncthreads();  // Qt and dOt are read: Ws and Ps may overwrite them
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const int i = i0 + 4 * ty + r;
+#pragma unroll
+                for (int c = 0; c < 4; c++) {
+                    const int j = k0 + 4 * tx + c;
+                    const bool valid = i < T && j < T && (!a.causal || j <= i);
+                    float w = 0.0f, pd = 0.0f;
+                    if (valid) {
+                        const float pr = expf(s[r][c] - lse[r]);
+                        float d = dp[r][c];
+                        pd = pr;
+                        if (a.dropout) {
+                            const bool keep = kept(a, bh, i, j);
+                            pd = keep ? pr * a.keep : 0.0f;
+                            d = keep ? d * a.keep : 0.0f;
+                        }
+                        w = (a.scale * (pr * (d - di[r])));
+                        pd = (pd);
+                    }
+                    Ws[(4 * ty + r) * kLd + 4 * tx + c] = w;
+                    Ps[(4 * ty + r) * kLd + 4 * tx + c] = pd;
+                }
+            }
+            __syncthreads();
+            outer4_wide<HD>(dk, Ws, 4 * ty, Qn, 4 * tx, ni);  // rows: keys 4 ty + r
+            outer4_wide<HD>(dv, Ps, 4 * ty, dOn, 4 * tx, ni);
         }
-        __syncthreads();
-        outer4_wide<HD>(dk, Ws, 4 * ty, Qn, 4 * tx, ni);  // rows: keys 4 ty + r
-        outer4_wide<HD>(dv, Ps, 4 * ty, dOn, 4 * tx, ni);
     }
     for (int r = 0; r < 4; r++) {
         const int j = k0 + 4 * ty + r;
         if (j >= T) continue;
-        float *row = dqkv + (int64_t)token_row(a, b, j) * 3 * C + (int64_t)h * HD;  // (3C,) from the head's q column
+        float *krow = dqkv + k_at(a, b, j, kvh), *vrow = dqkv + v_at(a, b, j, kvh);  // (HD,) each
         for (int g = 0; g < HD / 64; g++)
             for (int c = 0; c < 4; c++) {
-                row[C + 64 * g + 4 * tx + c] = dk[r][4 * g + c];
-                row[2 * C + 64 * g + 4 * tx + c] = dv[r][4 * g + c];
+                krow[64 * g + 4 * tx + c] = dk[r][4 * g + c];
+                vrow[64 * g + 4 * tx + c] = dv[r][4 * g + c];
             }
     }
 }
@@ -368,10 +374,11 @@ void backward_hd(fsdp_stream *st, float *dqkv, const float *dout, const float *q
                  const float *dd, const Args &a, int BH) {
     if (!allow_shared(st, k_tiles_dq<HD>, dq_bytes<HD>())) return;
     if (!allow_shared(st, k_tiles_dkdv<HD>, dkdv_bytes<HD>())) return;
-    const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH;
+    const unsigned blocks = (unsigned)n_tiles(a.T) * (unsigned)BH, BKV = (unsigned)(BH / a.group);
     k_tiles_dq<HD><<<blocks, kTT, dq_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
     CU_LAUNCHED(st, "attention_backward (dq tiles)");
-    k_tiles_dkdv<HD><<<blocks, kTT, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats, dd, a, BH);
+    k_tiles_dkdv<HD><<<(unsigned)n_tiles(a.T) * BKV, kTT, dkdv_bytes<HD>(), cu_stream(st)>>>(dqkv, dout, qkv, stats,
+                                                                                           dd, a, (int)BKV);
     CU_LAUNCHED(st, "attention_backward (dk, dv tiles)");
 }
 
