@@ -750,6 +750,14 @@ int main(int argc, char **argv) {
     if (cli_config_from_inputs(&o.config, o.training.init_path, &o.fsdp.ckpt)) return 2;
     if (o.training.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
     if (o.arch == 1 && resolve_llama_shape(&o)) return 2;
+    static const char *const llama_only[] = {"--kv-heads", "--head-dim", "--rope-theta", "--rope-scaling", "--rms-eps",
+                                             "--tie-embeddings", "--attention-bias", "--qkv-bias", "--mlp-bias"};
+    for (size_t i = 0; o.arch == 0 && i < sizeof llama_only / sizeof *llama_only; i++)
+        if (cli_given(args, nargs, argc, argv, llama_only[i])) {  // a flag GPT-2 has no use for: not ignored
+            fprintf(stderr, "fsdp-train: %s applies to the Llama family (--arch llama); this run builds GPT-2\n",
+                    llama_only[i]);
+            return 2;
+        }
     if (o.arch == 0 && o.d_ff && o.d_ff != 4 * o.d_model) {
         fprintf(stderr, "fsdp-train: --d-ff %d: GPT-2's MLP is 4 x d_model = %d wide\n", o.d_ff, 4 * o.d_model);
         return 2;

@@ -169,15 +169,13 @@ static fsdp_attention_dims attention_dims(const nn_ctx *ctx, const nn_block *blk
     d.T = blk->T;
     d.C = blk->cfg.llama ? blk->cfg.n_heads * blk->cfg.head_dim : blk->cfg.d_model;
     d.H = blk->cfg.n_heads;
-    d.kv_heads = blk->cfg.llama ? blk->cfg.kv_heads : 0;
-    d.planar = blk->cfg.llama;
+    d.kv_heads = blk->cfg.llama ? blk->cfg.kv_heads : 0;  // 0: as many key/value heads as query heads
+    d.planar = blk->cfg.llama;  // Llama: the q, k, v planes; else qkv rows of 3C (q | k | v)
     d.stride_b = blk->cfg.batch_first ? blk->T : 1;
     d.stride_t = blk->cfg.batch_first ? 1 : blk->B;
     d.causal = blk->cfg.causal;
     d.dropout_p = ctx->training ? blk->cfg.attn_dropout : 0.0f;
     d.rng = nn_dropout_rng(ctx, blk->index, SITE_ATTN_PROBS);
-    d.kv_heads = 0;  // as many key/value heads as query heads
-    d.planar = 0;    // qkv rows of 3C (q | k | v)
     return d;
 }
 

@@ -29,10 +29,16 @@ def train(chk, exe, n, extra, tmp, tag):
     return losses, st_load(out), r.stdout, out
 
 
-def close_weights(chk, label, a, b, rtol, atol):
+# Weights within 5% of one lr step (3e-3): ranks sum gradients in another order, and AdamW turns a
+# rounding difference in a near-zero gradient into a part of a step; a wrong shard or offset moves
+# weights by whole steps, a wrong gradient scale shows in the losses (compared at 2e-5).
+WEIGHT_ATOL = 0.05 * 3e-3
+
+
+def close_weights(chk, label, a, b, rtol=0.0, atol=WEIGHT_ATOL):
     chk.true(f"{label}: the same tensors", sorted(a) == sorted(b) and len(a) > 0, f"{sorted(set(a) ^ set(b))}")
     worst = max((float(np.max(np.abs(a[k] - b[k]) - atol - rtol * np.abs(b[k]))) for k in a if k in b), default=1.0)
-    chk.close(f"{label}: weights", [max(worst, 0.0)], [0.0], 0, 0)
+    chk.close(f"{label}: weights beyond the tolerance", [max(worst, 0.0)], [0.0], 0, 0)
 
 
 def main():
@@ -47,7 +53,7 @@ def main():
         extra = ["--strategy", strategy] + (["--shard-group-size", "2"] if strategy == "hybrid_shard" else [])
         losses, w, _, _ = train(chk, exe, n, extra, tmp, f"{strategy} {n} ranks")
         chk.close(f"{strategy} {n} ranks: losses = 1 rank's", losses, base, 2e-5, 0)
-        close_weights(chk, f"{strategy} {n} ranks", w, base_w, 1e-4, 1e-6)
+        close_weights(chk, f"{strategy} {n} ranks", w, base_w)
     # activation checkpointing: same bits, less memory
     plain, plain_w, plain_out, _ = train(chk, exe, 2, ["--summary"], tmp, "2 ranks")
     ac, ac_w, ac_out, _ = train(chk, exe, 2, ["--summary", "--activation-checkpointing"], tmp, "2 ranks checkpointed")
@@ -72,7 +78,7 @@ def main():
     resumed_path = os.path.join(tmp, "resumed.safetensors")
     r = mpirun(3, [exe] + MODEL + ["--ckpt-dir", ckpt, "--resume", "auto", "--save", resumed_path], expect_ok=False)
     if r.returncode == 0:
-        close_weights(chk, "checkpoint on 2 ranks resumed on 3", st_load(resumed_path), base_w, 1e-4, 1e-6)
+        close_weights(chk, "checkpoint on 2 ranks resumed on 3", st_load(resumed_path), base_w)
         chk.close("resumed losses = the run's steps 2, 3", parse_losses(r.stdout)[-2:], base[2:], 2e-5, 0)
     else:
         chk.fail("resume on 3 ranks", r.stdout[-500:] + r.stderr[-500:])
@@ -82,7 +88,8 @@ def main():
     chk.true("--save records model_type llama and the shape", meta.get("model_type") == "llama" and
              meta.get("num_key_value_heads") == "2" and meta.get("intermediate_size") == "96", json.dumps(meta)[:300])
     r = proc([exe, "--init", base_path, "--eval-only", "--max-new-tokens", "24", "--seq", "16", "--global-batch", "2"])
-    chk.true("--eval-only from the file generates", "Llama 3 layers" in r.stdout and "eval" in r.stdout.lower(),
+    chk.true("--eval-only from the file alone: a Llama of its shape, 24 tokens generated",
+             "Llama 3 layers, d_model 48, 6 heads (2 key/value" in r.stdout and "--- sample (24 tokens) ---" in r.stdout,
              r.stdout[-400:])
     # bad flags: one line, exit 2
     for flags, words in ((["--kv-heads", "4"], "--kv-heads 4 must divide --heads 6"),
@@ -93,6 +100,10 @@ def main():
         lines = [x for x in r.stderr.splitlines() if x.strip()]
         chk.true(f"bad {' '.join(flags)}: exit 2 and one line naming it", r.returncode == 2 and len(lines) == 1 and
                  words in lines[0], f"rc {r.returncode}: {r.stderr[-300:]}")
+    r = proc([exe, "--arch", "gpt2", "--kv-heads", "2", "--steps", "1"], expect_ok=False)
+    chk.true("--kv-heads with --arch gpt2: exit 2, one line", r.returncode == 2 and
+             "--kv-heads applies to the Llama family" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+             r.stderr[-300:])
     chk.report()
 
 

@@ -169,6 +169,16 @@ def frozen_reference(cfg, init, idx, targets, frozen):
     return losses, {k: v.detach() for k, v in params.items()}
 
 
+def nearly_invariant(g):
+    """The elements of a key bias whose first gradient is below 1e-3 of the largest: a key bias only moves
+    the scores through the rotary embedding (q . R_t b differs between positions t), so in the dimensions
+    of the lowest frequencies (angles near 0) it is almost a constant per query, which the softmax ignores.
+    Their gradients are rounding noise that AdamW normalizes to full-size steps (as GPT-2's key bias in
+    test_gpt2_parity.py); the gradient check above holds them, the weight check leaves them out."""
+    g = g.abs().numpy()
+    return g < 1e-3 * g.max()
+
+
 def flags(cfg):
     f = ["--arch", "llama", "--vocab", str(cfg["V"]), "--max-seq", str(cfg["maxT"]), "--layers", str(cfg["L"]),
          "--d-model", str(cfg["C"]), "--heads", str(cfg["H"]), "--kv-heads", str(cfg["KV"]), "--head-dim",
@@ -208,13 +218,21 @@ def main():
         chk.true(f"[{name}] --save holds exactly the model's tensors", sorted(fin) == sorted(final),
                  f"{sorted(set(fin) ^ set(final))}")
         for k, ref in final.items():
-            chk.close(f"[{name}] param after {STEPS} steps {k}", fin.get(k, []), ref.numpy(), 1e-4, 1e-5)
+            ours_k, ref_k = fin.get(k, np.zeros(0)), ref.numpy()
+            if k.endswith("k_proj.bias"):  # see nearly_invariant
+                keep = ~nearly_invariant(grads[k])
+                ours_k, ref_k = ours_k[keep] if ours_k.shape == ref_k.shape else ours_k, ref_k[keep]
+            chk.close(f"[{name}] param after {STEPS} steps {k}", ours_k, ref_k, 1e-4, 1e-5)
         # 3 ranks, one sequence each, FULL_SHARD (the default): the same losses and weights
         r = mpirun(3, [exe] + common + ["--batch", str(B // 3), "--save", paths["final3"]])
         chk.close(f"[{name}] 3 ranks: losses", parse_losses(r.stdout), losses, 2e-5, 0)
         fin3 = st_load(paths["final3"])
         for k, ref in final.items():
-            chk.close(f"[{name}] 3 ranks: param after {STEPS} steps {k}", fin3.get(k, []), ref.numpy(), 1e-4, 1e-5)
+            ours_k, ref_k = fin3.get(k, np.zeros(0)), ref.numpy()
+            if k.endswith("k_proj.bias"):
+                keep = ~nearly_invariant(grads[k])
+                ours_k, ref_k = ours_k[keep] if ours_k.shape == ref_k.shape else ours_k, ref_k[keep]
+            chk.close(f"[{name}] 3 ranks: param after {STEPS} steps {k}", ours_k, ref_k, 1e-4, 1e-5)
         if cfg is CONFIGS[0]:
             check_lora_and_freeze(chk, exe, cfg, init, idx, targets, common, tmp)
     chk.report()
