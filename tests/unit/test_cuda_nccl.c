@@ -8,7 +8,9 @@
 // rounding elsewhere, and the staged results must be the known answers. Under mpirun with two ranks on
 // one GPU: --comm nccl without NCCL_HOSTID is the one-line "share GPU" error; with a NCCL_HOSTID per rank
 // NCCL may run (then it is compared as above) or refuse (the test prints "NCCL REFUSED ..." and runs the
-// rest). Exit 77 (skipped) without a CUDA build, a GPU or NCCL in the build: never "passed" without one.
+// rest). First, on any machine of an NCCL build (no GPU needed): NCCL is not mapped until asked for, then
+// loads with every function the transport calls (a failure fails the test). Exit 77 (skipped) without a
+// CUDA build, a GPU or NCCL in the build: never "passed" without one.
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -19,6 +21,9 @@
 #include "cuda_check.h"
 #include "device/device_comm.h"
 #include "tensor/tensor.h"
+#ifdef FSDP_HAVE_NCCL
+#include "device/cuda/cuda_nccl_api.h"
+#endif
 
 #define COUNT 65543  // elements per rank: odd, several of NCCL's chunks
 #define N_COLL 8     // collectives per (group, dtype)
@@ -208,6 +213,37 @@ static void compare(const suite *staged, const suite *nccl, const char *what) {
 
 static void free_suite(suite *s) { free(s->bytes), s->bytes = NULL; }
 
+// 1 when this process has a file whose name contains `name` mapped
+static int mapped(const char *name) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[1024];
+    int found = 0;
+    while (f && !found && fgets(line, sizeof line, f)) found = strstr(line, name) != NULL;
+    if (f) fclose(f);
+    return found;
+}
+
+// The loader (device/cuda/cuda_nccl_api.h), no GPU needed: nothing maps libnccl until the first fsdp_nccl()
+// (a build that linked it would), which then binds every function and reads a version with bf16 and AVG.
+static void check_loader(void) {
+#ifdef FSDP_HAVE_NCCL
+    CHECK(!mapped("libnccl"));
+    CHECK(fsdp_nccl_version() == 0);
+    const fsdp_nccl_api *api = fsdp_nccl();
+    if (!api) {
+        fprintf(stderr, "FAIL NCCL does not load: %s\n", fsdp_last_error());
+        test_failures++;
+        return;
+    }
+    CHECK(mapped("libnccl"));
+    int v = fsdp_nccl_version();
+    CHECK(v >= 21003);
+    CHECK(api->get_error_string(ncclInvalidUsage) != NULL && api->all_gather && api->comm_abort);
+    printf("ok NCCL loaded at first use: version %d.%d.%d (built against %d)\n", v / 10000, v / 100 % 100, v % 100,
+           NCCL_VERSION_CODE);
+#endif
+}
+
 int main(int argc, char **argv) {
     fsdp_comm *world = NULL;
     if (fsdp_comm_world(&world, &argc, &argv) != FSDP_OK) {
@@ -215,6 +251,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     const int R = fsdp_comm_rank(world), P = fsdp_comm_size(world);
+    check_loader();
+    if (test_failures) return 1;
     fsdp_dev *probe = NULL;
     if (fsdp_dev_open("cuda", &probe) != FSDP_OK) {
         printf("SKIPPED: no CUDA device: %s\n", fsdp_last_error());
