@@ -221,10 +221,13 @@ static void dev_cuda_event_destroy(fsdp_event *e) {
     if (e->native) cudaEventDestroy((cudaEvent_t)e->native);
 }
 
+// Event records and queries (where the engine orders and asks about its streams' work) also poll NCCL's
+// asynchronous errors when the device has NCCL collectives.
 static fsdp_status dev_cuda_event_record(fsdp_event *e, fsdp_stream *s) {
     CU_TRY(cudaEventRecord((cudaEvent_t)e->native, (cudaStream_t)CS(s)->cu), "cudaEventRecord");
     e->stream = s;
-    return dev_cuda_stream_status(s);
+    FSDP_CHECK(dev_cuda_stream_status(s));
+    return cuda_nccl_active(s->dev) ? cuda_nccl_poll(s->dev) : FSDP_OK;
 }
 
 static fsdp_status dev_cuda_stream_wait_event(fsdp_stream *s, fsdp_event *e) {
@@ -260,6 +263,7 @@ static int dev_cuda_event_query(fsdp_event *e) {
     cudaError_t r = cudaEventQuery((cudaEvent_t)e->native);
     if (r == cudaErrorNotReady) return 0;
     if (r != cudaSuccess) dev_note_error(e->stream, dev_cuda_fail(r, "cudaEventQuery"));
+    else if (cuda_nccl_active(e->dev)) dev_note_error(e->stream, cuda_nccl_poll(e->dev));  // (FSDP_OK: nothing)
     return 1;
 }
 
