@@ -8,7 +8,7 @@
 #   3. 2 ranks on the one GPU (collectives staged through host memory) against 1 rank
 #   N. NCCL (--comm nccl; docs/cuda.md, "NCCL"): the library loaded and its version; test_cuda_nccl on 2
 #      ranks (one GPU: the "share GPU" error, then a NCCL_HOSTID per rank); 1 rank through NCCL against
-#      the staged path, the saved weights byte for byte (fp32 and bf16); --comm nccl with 2 ranks on one
+#      the staged path, the saved weights byte for byte (fp32, bf16, hybrid_shard); --comm nccl with 2 ranks on one
 #      GPU a one-line error; 2 ranks (full_shard, shard_grad_op, no_shard) and 4 (hybrid_shard 2x2) on
 #      the one GPU with a NCCL_HOSTID each against 1 rank (NCCL may refuse: then it says so, not a failure);
 #      GPT-2 124M bf16 through 1-rank NCCL against the same run staged (no collectives): tokens/s ratio
@@ -111,6 +111,9 @@ if want nccl; then
     train "$out/nccl1_bf16.jsonl" --device cuda --batch 4 --mixed-precision bf16 --comm nccl --save "$out/nccl1_bf16.safetensors"
     train "$out/host1_bf16.jsonl" --device cuda --batch 4 --mixed-precision bf16 --comm host --save "$out/host1_bf16.safetensors"
     same_bits nccl_1rank_vs_staged_bf16 "$out/host1_bf16.safetensors" "$out/nccl1_bf16.safetensors"
+    train "$out/nccl1_hsdp.jsonl" --device cuda --batch 4 --strategy hybrid_shard --comm nccl --save "$out/nccl1_hsdp.safetensors"
+    train "$out/host1_hsdp.jsonl" --device cuda --batch 4 --strategy hybrid_shard --comm host --save "$out/host1_hsdp.safetensors"
+    same_bits nccl_1rank_vs_staged_hybrid_shard "$out/host1_hsdp.safetensors" "$out/nccl1_hsdp.safetensors"
     # the device check: two ranks on one GPU under --comm nccl, no NCCL_HOSTID: a one-line error, non-zero
     train "$out/nccl_dup.jsonl" -np 2 --device cuda --batch 2 --comm nccl
     rc=$?
