@@ -9,12 +9,12 @@
 
 // Runs `call` (comm.h's collective on c, on the device buffers) through NCCL on s when c's path is NCCL;
 // returns from the enclosing function then, or on a failure deciding the path; falls through when staged.
-#define VIA_NCCL(s, c, coll, call)                                         \
-    do {                                                                   \
-        fsdp_status nccl_st_;                                              \
+#define VIA_NCCL(s, c, coll, call)                                               \
+    do {                                                                         \
+        fsdp_status nccl_st_;                                                    \
         cuda_nccl_group *nccl_g_ = cuda_nccl_begin((s), (c), (coll), &nccl_st_); \
-        if (nccl_g_) return cuda_nccl_end(nccl_g_, (call));                \
-        if (nccl_st_ != FSDP_OK) return nccl_st_;                          \
+        if (nccl_g_) return cuda_nccl_end(nccl_g_, (call));                      \
+        if (nccl_st_ != FSDP_OK) return nccl_st_;                                \
     } while (0)
 
 // A group of one rank: recv (bytes,) = send (bytes,) after s's work so far (nothing when they are one)
