@@ -4,6 +4,7 @@
 // field the flags control.
 #include <stdlib.h>
 
+#include "device/device_comm.h"
 #include "fsdp/fsdp.h"
 
 fsdp_config fsdp_config_default(void) { return (fsdp_config){0}; }
@@ -28,3 +29,8 @@ fsdp_status fsdp_dev_open(const char *name, fsdp_dev **out) {
 void fsdp_dev_close(fsdp_dev *d) { abort(); }
 void fsdp_dev_capabilities(const fsdp_dev *d, fsdp_dev_caps *out) { abort(); }
 const char *fsdp_dev_name(const fsdp_dev *d) { abort(); }
+// --comm nccl|host asks the default device (NULL here) whether it can: a one-line error, as a device without
+// the transport answers
+fsdp_status fsdp_dev_comm_check(const fsdp_dev *d, const char *mode) {
+    return fsdp_error(FSDP_ERR_INVALID_ARG, "no device in the fuzz harness for --comm %s", mode);
+}

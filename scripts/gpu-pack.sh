@@ -4,6 +4,9 @@
 # PACK_DIR/bin: the CUDA tests and fsdp-train of BUILD_DIR (a -DFSDP_CUDA=ON build), stripped.
 # PACK_DIR/runtime.tar.xz: the Open MPI runtime (mpirun, its plugins and help files) and the shared
 # libraries the binaries load beyond glibc, libstdc++ and cudart, with paths relative to /.
+# NCCL is not carried: the binaries do not link it (the cuda device loads libnccl.so.2 with dlopen at its
+# first communicator), it is 210 MB (over the device tool's 64 MiB), and the GPU machines have their own
+# (PyTorch's wheel nvidia-nccl-cu13, 2.28.9), which gpu-check.sh finds and names in FSDP_NCCL_LIBRARY.
 # On the GPU machine, before gpu-check.sh (files that are already there are kept):
 #   command -v mpirun >/dev/null || tar -xJf .gpu/runtime.tar.xz --skip-old-files -C / && ldconfig
 # The folder is ignored by git (.git/info/exclude); name it in the device tool's carry list.

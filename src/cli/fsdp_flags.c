@@ -6,11 +6,14 @@
 #include <string.h>
 #include <strings.h>
 
+#include "device/device_comm.h"
+
 void cli_fsdp_defaults(cli_fsdp_options *o) {
     memset(o, 0, sizeof *o);
     o->wrap = "transformer";
     o->limit_all_gathers = 2;
     o->ckpt.type = -1;  // not given: sharded (lets cli_fsdp_check_flags tell a --ckpt-type without --ckpt-dir)
+    o->comm = -1;       // not given: $FSDP_DEVICE_COMM, else auto
 }
 
 int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
@@ -35,6 +38,7 @@ int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o) {
         {"--keep-last", ARG_INT, &o->ckpt.keep_last, "keep only the K newest complete checkpoints (needs --ckpt-dir; 0: keep all)", 0, 1e6, NULL},
         {"--resume", ARG_STRING, &o->ckpt.resume, "resume from a checkpoint directory, or auto (the newest complete one under --ckpt-dir); --steps stays the total, so it must exceed the checkpoint's step count (equal: nothing to train)", 1, 0, NULL},
         {"--device", ARG_STRING, &o->device, "where shards, gathered units, gradients and activations live: cpu; cuda (the local rank's GPU) or cuda:N, in a build with CUDA; or guard (the CPU device with device memory unreadable from above the device layer: a test tool); default: $FSDP_DEVICE, else cpu", 1, 0, NULL},
+        {"--comm", ARG_CHOICE, &o->comm, "the device's collectives: auto (NCCL on --device cuda between ranks that each have their own GPU, else the host's paths), nccl (NCCL on the GPUs' streams; an error where it cannot run: not --device cuda, no NCCL in the build, two ranks on one GPU without a NCCL_HOSTID each), host (MPI and shared memory; on cuda staged through pinned host memory); not given: $FSDP_DEVICE_COMM, else auto (docs/cuda.md)", 1, 0, "auto|nccl|host"},
         {"--deterministic", ARG_BOOL, &o->deterministic, "bit-identical losses, gradient norms and parameters on any world size that divides --det-chunks: the global batch (--global-batch, required) is cut into fixed chunks, each chunk's gradients are summed exactly in fixed point (docs/deterministic.md)", 1, 0, NULL},
         {"--det-chunks", ARG_INT, &o->det_chunks, "--deterministic: chunks per step (each one micro-step of one rank; must divide --global-batch and be divisible by the world size; default world x --grad-accum when --grad-accum is given, else --global-batch: one sequence per chunk)", 0, 65536, NULL},
         {"--freeze", ARG_LIST, &o->freeze, "freeze the parameters whose names match this glob (requires_grad=False; e.g. 'h.[0-3].*', 'wte.weight'; repeatable, or comma-separated): still sharded and gathered for compute, but no gradient, no reduction and no optimizer state; a glob that matches nothing is an error (docs/finetuning.md)", 1, 0, NULL},
@@ -102,7 +106,13 @@ int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cf
         }
         setenv("FSDP_DEVICE", o->device, 1);  // read once, by the first fsdp_dev_default()
     }
+    static const char *const comm_mode[] = {"auto", "nccl", "host"};
+    if (o->comm >= 0) setenv("FSDP_DEVICE_COMM", comm_mode[o->comm], 1);  // read at the first collective
     cfg->device = fsdp_dev_default();
+    if (o->comm > 0 && fsdp_dev_comm_check(cfg->device, comm_mode[o->comm]) != FSDP_OK) {
+        fprintf(stderr, "%s: --comm %s: %s\n", prog, comm_mode[o->comm], fsdp_last_error());
+        return -1;
+    }
     cfg->strategy = (fsdp_strategy)o->strategy;
     cfg->shard_group_size = o->shard_group_size;
     cfg->backward_prefetch = o->backward_prefetch == 0   ? FSDP_PREFETCH_BACKWARD_PRE

@@ -19,19 +19,21 @@ typedef struct {
     int summary;                  // --summary
     int init_nonstrict;           // --init-nonstrict
     const char *device;           // --device cpu|guard (NULL: $FSDP_DEVICE, else cpu)
+    int comm;                     // --comm auto|nccl|host (index; -1: not given: $FSDP_DEVICE_COMM, else auto)
     cli_ckpt_options ckpt;        // --ckpt-dir --save-every --ckpt-type --keep-last --resume --new-run
     int deterministic;            // --deterministic
     int det_chunks;               // --det-chunks (0: resolved by cli_batch_resolve)
     const char *freeze;           // --freeze GLOB[,GLOB...] (repeatable: the values joined with commas), or NULL
 } cli_fsdp_options;
 
-#define CLI_FSDP_NFLAGS 24
+#define CLI_FSDP_NFLAGS 25
 
 void cli_fsdp_defaults(cli_fsdp_options *o);
 // Appends the shared flags to args[n..] (room for CLI_FSDP_NFLAGS more); returns the new count.
 int cli_fsdp_add_flags(cli_arg *args, int n, cli_fsdp_options *o);
 // Fills cfg from the options (--device chooses the process's default device, as FSDP_DEVICE does, and
-// cfg->device is that device); returns 0, or -1 after printing a one-line error naming the flag.
+// cfg->device is that device; --comm its collectives' path, as FSDP_DEVICE_COMM does, checked against
+// the device: fsdp_dev_comm_check); returns 0, or -1 after printing a one-line error naming the flag.
 int cli_fsdp_config(const char *prog, const cli_fsdp_options *o, fsdp_config *cfg);
 
 // Flags that do nothing on their own, checked before anything is created: --save-every, --keep-last

@@ -23,17 +23,6 @@ struct fsdp_comm_request {
 
 fsdp_comm_stats fsdp_comm_get_stats(const fsdp_comm *c) { return c->stats; }
 
-fsdp_status fsdp_comm_set_device_transport(fsdp_comm *c, const fsdp_comm_transport *t, void *ctx) {
-    if (t && (!t->name || (t->iall_gather && !t->all_gather) || (t->ireduce_scatter && !t->reduce_scatter) ||
-              (t->iall_reduce && !t->all_reduce) ||
-              ((t->iall_gather || t->ireduce_scatter || t->iall_reduce) && (!t->test || !t->wait || !t->release))))
-        return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_comm_set_device_transport: transport %s lacks a name, a "
-                          "blocking form of a nonblocking one, or test/wait/release", t->name ? t->name : "(unnamed)");
-    c->device = t;
-    c->device_ctx = t ? ctx : NULL;
-    return FSDP_OK;
-}
-
 static const char *volatile current_name;
 static volatile double current_since;
 
@@ -48,6 +37,9 @@ static void enter(const char *name) {
 }
 
 static void leave(void) { current_since = 0.0; }
+
+void fsdp_comm_mark_wait(const char *name) { enter(name); }
+void fsdp_comm_mark_done(void) { leave(); }
 
 void fsdp_comm_set_sequence_check(fsdp_comm *c, int on) { c->check_sequence = on; }
 
@@ -101,13 +93,13 @@ static size_t bytes_sent(const fsdp_comm *c, const fsdp_comm_transport *t, fsdp_
 
 fsdp_status fsdp_all_gather(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
     size_t bytes = count * fsdp_dtype_size(dt);
-    if (c->size == 1) {
+    void *ctx;
+    if (c->size == 1 && !comm_device_route(c, FSDP_COLL_ALL_GATHER, send, &ctx)) {
         if (recv != send) memmove(recv, send, bytes);
         return FSDP_OK;
     }
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "all_gather", FSDP_COLL_ALL_GATHER, count));
-    void *ctx;
     const fsdp_comm_transport *t = comm_route(c, FSDP_COLL_ALL_GATHER, send, count, dt, &ctx);
     fsdp_status s = t->all_gather(c, ctx, send, recv, count, dt);
     account(c, t0, bytes_sent(c, t, FSDP_COLL_ALL_GATHER, count, dt));
@@ -125,13 +117,13 @@ fsdp_status fsdp_all_gather_shared(fsdp_comm *c, const void *send, void *recv, s
 
 fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt,
                                 fsdp_reduce_op op) {
-    if (c->size == 1) {
+    void *ctx;
+    if (c->size == 1 && !comm_device_route(c, FSDP_COLL_REDUCE_SCATTER, send, &ctx)) {
         if (recv != send) memmove(recv, send, count * fsdp_dtype_size(dt));
         return FSDP_OK;
     }
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "reduce_scatter", FSDP_COLL_REDUCE_SCATTER, count));
-    void *ctx;
     const fsdp_comm_transport *t = comm_route(c, FSDP_COLL_REDUCE_SCATTER, send, count, dt, &ctx);
     size_t bytes = bytes_sent(c, t, FSDP_COLL_REDUCE_SCATTER, count, dt);
     fsdp_status s = t->reduce_scatter(c, ctx, send, recv, count, dt, op);
@@ -140,10 +132,10 @@ fsdp_status fsdp_reduce_scatter(fsdp_comm *c, const void *send, void *recv, size
 }
 
 fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
-    if (c->size == 1) return FSDP_OK;
+    void *ctx;
+    if (c->size == 1 && !comm_device_route(c, FSDP_COLL_ALL_REDUCE, buf, &ctx)) return FSDP_OK;
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "all_reduce", FSDP_COLL_ALL_REDUCE, count));
-    void *ctx;
     const fsdp_comm_transport *t = comm_route(c, FSDP_COLL_ALL_REDUCE, buf, count, dt, &ctx);
     fsdp_status s = t->all_reduce(c, ctx, buf, count, dt, op);
     account(c, t0, bytes_sent(c, t, FSDP_COLL_ALL_REDUCE, count, dt));
@@ -151,10 +143,10 @@ fsdp_status fsdp_all_reduce(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt
 }
 
 fsdp_status fsdp_broadcast(fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root) {
-    if (c->size == 1) return FSDP_OK;
+    void *ctx;
+    if (c->size == 1 && !comm_device_route(c, FSDP_COLL_BROADCAST, buf, &ctx)) return FSDP_OK;
     double t0 = fsdp_now_sec();
     FSDP_CHECK(begin(c, "broadcast", FSDP_COLL_BROADCAST, count));
-    void *ctx;
     const fsdp_comm_transport *t = comm_route(c, FSDP_COLL_BROADCAST, buf, count, dt, &ctx);
     fsdp_status s = t->broadcast(c, ctx, buf, count, dt, root);
     account(c, t0, c->rank == root ? count * fsdp_dtype_size(dt) : 0);

@@ -106,6 +106,11 @@ const char *fsdp_comm_host(fsdp_comm *c);
 // The collective this process is blocked in: its name and when it started (0 when none). For a
 // watchdog thread; reads are racy by design but never crash.
 void fsdp_comm_current(const char **name, double *since);
+// For device transports whose collectives run after their call returns (NCCL enqueues on a stream): the
+// host's wait for them is marked as the collective `name` in progress from now (fsdp_comm_current sees
+// it, so the watchdog reports a wait that never ends), until fsdp_comm_mark_done. name: a static string.
+void fsdp_comm_mark_wait(const char *name);
+void fsdp_comm_mark_done(void);
 
 // Reduce-scatters and all-reduces on MPI groups without shared memory (ranks on different hosts) run
 // either as MPI's collectives or point to point (every rank sends block q to rank q and sums what it
@@ -133,8 +138,17 @@ const char *fsdp_comm_gather_path(const fsdp_comm *c, size_t count, fsdp_dtype d
 // through t; everything else keeps the host transports. Every rank of c must install the same.
 // t and ctx must outlive c's use of them (c does not free them). FSDP_ERR_INVALID_ARG when t has no name,
 // a nonblocking form without its blocking one, or a nonblocking form without test, wait and release.
+// A group of one rank: collectives its device transport accepts run through it too (NCCL with one rank),
+// the rest are the identity on the host as before. fsdp_comm_free(c) calls t->detach first, when set.
 struct fsdp_comm_transport;
 fsdp_status fsdp_comm_set_device_transport(fsdp_comm *c, const struct fsdp_comm_transport *t, void *ctx);
+// For the watchdog, before it ends the process: every group of this process with a device transport
+// installed has that transport's abort called (NCCL: ncclCommAbort, so no GPU stays blocked in a
+// collective whose peers are gone). Safe to call from any thread; nothing when no transport is installed.
+void fsdp_comm_abort_device(void);
+// What the group is, for messages naming it: "world (N ranks)" for the world, else "group of K ranks
+// (world ranks a,b,...)" (the first few), "local (1 rank)" without MPI. Writes at most cap bytes.
+void fsdp_comm_describe(const fsdp_comm *c, char *buf, size_t cap);
 
 // Communication statistics of this process: bytes moved and seconds spent inside collectives.
 typedef struct {

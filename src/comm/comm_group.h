@@ -32,6 +32,9 @@ struct fsdp_comm {
 // Takes m into c (a zeroed group of backend COMM_MPI): its rank and size, and the shared-memory
 // transport where every rank shares a node (collective over m). The caller releases c on failure.
 fsdp_status comm_group_init(fsdp_comm *c, MPI_Comm m);
+// fsdp_comm_free's first step (comm_device.c): the device transport installed on c, if any, is told (its
+// detach) and forgotten.
+void comm_device_detach(fsdp_comm *c);
 // Frees what comm_group_init and the transports set up on c (not the hierarchy, not MPI itself), and
 // m (MPI_Comm_free); c itself stays allocated.
 void comm_group_release(fsdp_comm *c);

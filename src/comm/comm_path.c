@@ -82,15 +82,18 @@ static int runs_kind(const fsdp_comm_transport *t, fsdp_coll_kind kind) {
     return 0;
 }
 
+const fsdp_comm_transport *comm_device_route(const fsdp_comm *c, fsdp_coll_kind kind, const void *buf, void **ctx) {
+    const fsdp_comm_transport *d = c->device;
+    *ctx = NULL;
+    if (!d || !runs_kind(d, kind) || (d->accepts && !d->accepts(c->device_ctx, buf))) return NULL;
+    *ctx = c->device_ctx;
+    return d;
+}
+
 const fsdp_comm_transport *comm_route(const fsdp_comm *c, fsdp_coll_kind kind, const void *buf, size_t count,
                                       fsdp_dtype dt, void **ctx) {
-    const fsdp_comm_transport *d = c->device;
-    if (d && runs_kind(d, kind) && (!d->accepts || d->accepts(c->device_ctx, buf))) {
-        *ctx = c->device_ctx;
-        return d;
-    }
-    *ctx = NULL;
-    return host_route(c, kind, count, dt);
+    const fsdp_comm_transport *d = comm_device_route(c, kind, buf, ctx);
+    return d ? d : host_route(c, kind, count, dt);
 }
 
 int comm_route_in_flight(const fsdp_comm_transport *t, fsdp_coll_kind kind, size_t count, fsdp_dtype dt) {

@@ -48,6 +48,13 @@ typedef struct fsdp_comm_transport {
     // Bytes this rank sends in a collective of `kind` of count elements of dt (per rank for all-gathers
     // and reduce-scatters), for the statistics. Broadcasts are accounted by comm.c (the root's buffer).
     size_t (*bytes_sent)(const fsdp_comm *c, fsdp_coll_kind kind, size_t count, fsdp_dtype dt);
+    // (optional, device transports) c is being freed (fsdp_comm_free) while t is installed on it: t lets go
+    // of what it holds for c (NCCL: its communicator). Called before c's MPI communicator goes.
+    void (*detach)(fsdp_comm *c, void *ctx);
+    // (optional, device transports) the watchdog gave up (fsdp_comm_abort_device): t ends its collectives
+    // in flight on c without waiting for the peers (NCCL: ncclCommAbort). Called from another thread
+    // than the one blocked in c's collectives; the process exits afterwards.
+    void (*abort)(fsdp_comm *c, void *ctx);
 } fsdp_comm_transport;
 
 // The bytes of the flat exchanges: every rank's block to every peer (all-gather, reduce-scatter), a

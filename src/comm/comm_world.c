@@ -94,6 +94,7 @@ fsdp_status fsdp_comm_split_node(fsdp_comm *parent, fsdp_comm **out) { return sp
 
 void fsdp_comm_free(fsdp_comm *c) {
     if (!c) return;
+    comm_device_detach(c);
     if (c->backend == COMM_MPI) {
         comm_hier_free_groups(c);
         comm_group_release(c);
@@ -106,6 +107,34 @@ int fsdp_comm_rank(const fsdp_comm *c) { return c->rank; }
 int fsdp_comm_size(const fsdp_comm *c) { return c->size; }
 const char *fsdp_comm_backend(const fsdp_comm *c) {
     return c->backend == COMM_LOCAL ? "local" : c->shm ? "mpi+shm" : "mpi";
+}
+
+void fsdp_comm_describe(const fsdp_comm *c, char *buf, size_t cap) {
+    if (!cap) return;
+    if (c->backend != COMM_MPI) {
+        snprintf(buf, cap, "local (1 rank)");
+        return;
+    }
+    int world_size = 0, same = MPI_UNEQUAL;
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    MPI_Comm_compare(c->mpi, MPI_COMM_WORLD, &same);
+    if (c->size == world_size && (same == MPI_CONGRUENT || same == MPI_IDENT)) {
+        snprintf(buf, cap, "world (%d rank%s)", c->size, c->size == 1 ? "" : "s");
+        return;
+    }
+    enum { SHOWN = 8 };  // the first ranks named
+    int mine[SHOWN], world[SHOWN], n = c->size < SHOWN ? c->size : SHOWN;
+    for (int i = 0; i < n; i++) mine[i] = i, world[i] = -1;
+    MPI_Group g, wg;
+    if (MPI_Comm_group(c->mpi, &g) == MPI_SUCCESS && MPI_Comm_group(MPI_COMM_WORLD, &wg) == MPI_SUCCESS) {
+        MPI_Group_translate_ranks(g, n, mine, wg, world);
+        MPI_Group_free(&g);
+        MPI_Group_free(&wg);
+    }
+    int k = snprintf(buf, cap, "group of %d rank%s (world ranks ", c->size, c->size == 1 ? "" : "s");
+    for (int i = 0; i < n && k > 0 && (size_t)k < cap; i++)
+        k += snprintf(buf + k, cap - (size_t)k, "%s%d", i ? "," : "", world[i]);
+    if (k > 0 && (size_t)k < cap) snprintf(buf + k, cap - (size_t)k, "%s)", c->size > n ? ",..." : "");
 }
 
 const char *fsdp_comm_host(fsdp_comm *c) {

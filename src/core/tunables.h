@@ -24,6 +24,10 @@
     X(COMM_P2P_CHUNK_BYTES, "1048576", "the message size of the point-to-point collectives")                 \
     X(COMM_PROGRESS, "poll", "poll: collectives in flight are progressed between kernels; none: not")       \
     X(ALLOW_TF32, "unset", "1: CUDA fp32 products on TF32 tensor cores")                   \
+    X(DEVICE_COMM, "auto", "the device's collectives when --comm is not given: auto (NCCL on cuda where "   \
+      "each rank has its own GPU, else staged through host memory), nccl or host")                         \
+    X(NCCL_LIBRARY, "libnccl.so.2", "the NCCL library file the cuda device loads (e.g. a Python wheel's "   \
+      "nvidia/nccl/lib/libnccl.so.2); unset: the loader's libnccl.so.2, then the build's")                 \
     X(CUDA_SYNC, "unset", "1: synchronize after every CUDA kernel (an asynchronous fault is reported at "   \
       "the kernel that made it)")                                                                            \
     X(TEST_CRASH_IN_SAVE, "unset", "test hook (core/fault_inject.h): K: every rank dies after its shard of " \

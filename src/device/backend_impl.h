@@ -79,6 +79,9 @@ typedef struct fsdp_backend_i {
 
     // the kernel table (kernels/kernels.h), fp32 or bf16 mixed precision
     const struct fsdp_kernels *(*kernels)(const fsdp_dev *d, int bf16);
+    // fsdp_dev_comm_check's answer for a mode other than auto and host (e.g. "nccl"), naming what is
+    // missing; may be NULL (the device's collectives are the host's only)
+    fsdp_status (*comm_check)(const fsdp_dev *d, const char *mode);
 } fsdp_backend_i;
 
 typedef struct {

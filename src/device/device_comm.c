@@ -1,5 +1,7 @@
 // device_comm.c: device_comm.h's collectives, each through the backend table of the stream's device
 // (cpu: in flight on the stream; guard: complete inside the call; cuda: cuda/cuda_comm.c).
+#include <string.h>
+
 #include "device/backend_impl.h"
 #include "device/device_comm.h"
 
@@ -31,6 +33,13 @@ fsdp_status fsdp_dev_broadcast(fsdp_stream *s, fsdp_comm *c, void *buf, size_t c
 fsdp_status fsdp_dev_all_reduce_double(fsdp_stream *s, fsdp_comm *c, double *host_value) {
     FSDP_CHECK(s->dev->iface->stream_status(s));  // a failure noted on s comes first
     return fsdp_all_reduce_double(c, host_value);
+}
+
+fsdp_status fsdp_dev_comm_check(const fsdp_dev *d, const char *mode) {
+    if (!mode || !strcmp(mode, "auto") || !strcmp(mode, "host")) return FSDP_OK;
+    if (d->iface->comm_check) return d->iface->comm_check(d, mode);
+    return fsdp_error(FSDP_ERR_INVALID_ARG, "the %s device has no %s transport: its collectives run on host memory "
+                      "(MPI, shared memory): --comm auto or host", d->iface->name, mode);
 }
 
 static int zero_copy_shared(const fsdp_dev *d) {

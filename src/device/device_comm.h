@@ -36,6 +36,13 @@ fsdp_status fsdp_dev_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *se
 fsdp_status fsdp_dev_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op);
 // buf (count,): root's values on every rank
 fsdp_status fsdp_dev_broadcast(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root);
+// --comm / FSDP_DEVICE_COMM: whether the device can run its collectives as `mode` says: "auto" (the
+// device's best path for each group: NCCL on cuda between ranks that each have their own GPU, else the
+// host's), "host" (comm/'s host transports: MPI, shared memory; a GPU device stages through pinned host
+// memory) or a transport of the device ("nccl"). FSDP_OK, or FSDP_ERR_INVALID_ARG with one line saying
+// what is missing (no such transport on this device, none in this build, the library not loading).
+// Conditions that need the group (two ranks on one GPU) are checked at the group's first collective.
+fsdp_status fsdp_dev_comm_check(const fsdp_dev *d, const char *mode);
 // host_value: one host double (a loss or norm already read back), summed over c's ranks
 fsdp_status fsdp_dev_all_reduce_double(fsdp_stream *s, fsdp_comm *c, double *host_value);
 

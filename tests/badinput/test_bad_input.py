@@ -432,6 +432,10 @@ def train_cases(s, rng):
     s.bad(f"{b}: --device cuda:x", b, good_args + ["--device", "cuda:x"], ["--device", "cuda:x", "unknown device"])
     s.bad(f"{b}: --device cuda:999", b, good_args + ["--device", "cuda:999"],
           ["--device cuda:999", ("no gpu", "no cuda", "only")])
+    # --comm nccl where it cannot run: the cpu device has no NCCL transport (the device's own words)
+    s.bad(f"{b}: --comm nccl on the cpu device", b, good_args + ["--comm", "nccl"],
+          ["--comm nccl", "cpu device has no nccl transport"])
+    s.bad(f"{b}: --comm mpi", b, good_args + ["--comm", "mpi"], ["--comm", "mpi", "auto|nccl|host"])
     p = s.fix("tr_init_prefixed.safetensors")
     st_save(p, {"transformer." + k: v for k, v in w.items()})
     s.good(f"{b}: positive control (transformer. prefix)", b, TR_FLAGS + ["--init", p, "--input", inp],

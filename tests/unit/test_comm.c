@@ -448,6 +448,7 @@ static void check_gathers_in_flight(fsdp_comm *c, const char *label) {
 typedef struct {
     const float *lo, *hi;  // the claimed range
     int calls;
+    int detached, aborted;  // its detach and abort calls
 } fake_device;
 
 static int fake_accepts(void *ctx, const void *buf) {
@@ -462,18 +463,22 @@ static fsdp_status fake_all_reduce(fsdp_comm *c, void *ctx, void *buf, size_t co
     return FSDP_OK;
 }
 
+static void fake_detach(fsdp_comm *c, void *ctx) { ((fake_device *)ctx)->detached++; }
+static void fake_abort(fsdp_comm *c, void *ctx) { ((fake_device *)ctx)->aborted++; }
+
 static fsdp_status fake_iall_reduce(fsdp_comm *c, void *ctx, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op,
                                     void **op_out) {
     return fsdp_error(FSDP_ERR_INTERNAL, "never started");
 }
 
 // The device-transport slot: collectives on the buffers an installed transport accepts run through it
-// (a nonblocking one without a start: its blocking form), the others and the kinds it lacks on the host
-// transports; removing it restores the host paths; an incomplete interface is refused.
+// (a nonblocking one without a start: its blocking form; in a group of one rank too, as NCCL with one
+// rank), the others and the kinds it lacks on the host transports; removing it restores the host paths;
+// an incomplete interface is refused.
 static void check_device_transport(fsdp_comm *c) {
     int N = fsdp_comm_size(c);
     float dev[4] = {1, 1, 1, 1}, host[4] = {1, 1, 1, 1}, gathered[4 * 64];
-    fake_device d = {dev, dev + 4, 0};
+    fake_device d = {dev, dev + 4, 0, 0, 0};
     static const fsdp_comm_transport fake = {.name = "fake", .accepts = fake_accepts, .all_reduce = fake_all_reduce};
     static const fsdp_comm_transport no_wait = {.name = "no_wait", .all_reduce = fake_all_reduce,
                                                 .iall_reduce = fake_iall_reduce};
@@ -484,7 +489,7 @@ static void check_device_transport(fsdp_comm *c) {
     fsdp_comm_request *req = NULL;
     CHECK(fsdp_iall_reduce(c, dev + 1, 3, FSDP_F32, FSDP_SUM, &req) == FSDP_OK);
     CHECK(fsdp_comm_wait(req) == FSDP_OK);
-    if (N > 1 && N <= 64) {  // one rank: nothing to communicate, no transport runs
+    if (N <= 64) {
         CHECK_EQ_INT(d.calls, 2);
         CHECK(dev[0] == -1.0f && dev[1] == -1.0f && host[0] == (float)N);
         CHECK(fsdp_all_gather(c, dev, gathered, 4, FSDP_F32) == FSDP_OK);  // no all-gather: the host's
@@ -494,6 +499,46 @@ static void check_device_transport(fsdp_comm *c) {
     dev[0] = 1.0f;
     CHECK(fsdp_all_reduce(c, dev, 1, FSDP_F32, FSDP_SUM) == FSDP_OK);
     CHECK(dev[0] == (float)N);
+}
+
+// A device transport's lifetime: the watchdog's fsdp_comm_abort_device reaches every group that has one
+// installed (and no other), fsdp_comm_free tells it (detach) before the group goes; and the words that
+// name a group in messages.
+static void check_device_transport_lifetime(fsdp_comm *world) {
+    static const fsdp_comm_transport fake = {.name = "fake", .accepts = fake_accepts, .all_reduce = fake_all_reduce,
+                                             .detach = fake_detach, .abort = fake_abort};
+    float dev[1] = {1};
+    fake_device dw = {dev, dev + 1, 0, 0, 0}, dg = dw;
+    fsdp_comm *group = NULL;
+    CHECK(fsdp_comm_split(world, 0, fsdp_comm_rank(world), &group) == FSDP_OK);  // the world's ranks again
+    CHECK(fsdp_comm_set_device_transport(world, &fake, &dw) == FSDP_OK);
+    CHECK(fsdp_comm_set_device_transport(group, &fake, &dg) == FSDP_OK);
+    fsdp_comm_abort_device();
+    CHECK(dw.aborted == 1 && dg.aborted == 1);
+    fsdp_comm_free(group);
+    CHECK(dg.detached == 1 && dw.detached == 0);
+    fsdp_comm_abort_device();  // the freed group is no longer reached
+    CHECK(dw.aborted == 2 && dg.aborted == 1);
+    CHECK(fsdp_comm_set_device_transport(world, NULL, NULL) == FSDP_OK);
+    fsdp_comm_abort_device();
+    CHECK(dw.aborted == 2 && dw.detached == 0);
+
+    char words[160] = "";
+    fsdp_comm_describe(world, words, sizeof words);
+    int N = fsdp_comm_size(world);
+    CHECK(strcmp(fsdp_comm_backend(world), "local") == 0 ? strcmp(words, "local (1 rank)") == 0
+                                                         : strncmp(words, "world (", 7) == 0);
+    if (N > 1) {  // a real split: "group of K ranks (world ranks ...)", this rank among them
+        fsdp_comm *half = NULL;
+        int R = fsdp_comm_rank(world);
+        CHECK(fsdp_comm_split(world, R % 2, R, &half) == FSDP_OK);
+        fsdp_comm_describe(half, words, sizeof words);
+        char mine[32];
+        snprintf(mine, sizeof mine, "%d", R);
+        CHECK(strncmp(words, "group of ", 9) == 0 && strstr(words, "(world ranks ") && strstr(words, mine));
+        if (R == 0) printf("a split group is described as: %s\n", words);
+        fsdp_comm_free(half);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -542,6 +587,7 @@ int main(int argc, char **argv) {
     }
     check_device_transport(world);
     check_device_transport(half);
+    check_device_transport_lifetime(world);
     CHECK(fsdp_comm_split_node(world, &node) == FSDP_OK);
     CHECK_EQ_INT(fsdp_comm_size(node), per_host > 0 && per_host < N ? (R / per_host < N / per_host ? per_host : N % per_host) : N);
     fsdp_comm_stats st = fsdp_comm_get_stats(world);

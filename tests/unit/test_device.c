@@ -61,6 +61,19 @@ static void test_open(void) {
     fsdp_dev_close(d);
     if (saved) setenv("FSDP_DEVICE", saved, 1);
     fsdp_dev_close(NULL);
+    // --comm: auto and host on every device; nccl (a transport the host devices lack) a one-line error
+    // naming the device; without a GPU here the cuda device does not open (test_cuda_nccl asks it)
+    for (int i = 0; i < 2; i++) {
+        const char *name = i ? "guard" : "cpu";
+        CHECK(fsdp_dev_open(name, &d) == FSDP_OK);
+        CHECK(d && fsdp_dev_comm_check(d, "auto") == FSDP_OK && fsdp_dev_comm_check(d, "host") == FSDP_OK);
+        CHECK(d && fsdp_dev_comm_check(d, NULL) == FSDP_OK);
+        CHECK(d && fsdp_dev_comm_check(d, "nccl") == FSDP_ERR_INVALID_ARG);
+        char want[64];
+        snprintf(want, sizeof want, "the %s device has no nccl transport", name);
+        CHECK(strstr(fsdp_last_error(), want) != NULL && strchr(fsdp_last_error(), '\n') == NULL);
+        fsdp_dev_close(d);
+    }
 }
 
 static int all_bytes(const unsigned char *p, size_t n, unsigned char v) {

@@ -15,9 +15,11 @@ fsdp_status dev_cuda_copy(fsdp_stream *s, void *dst, const void *src, size_t byt
 // Pinned host memory of at least `bytes` for staging a collective on s (one buffer per stream, grown).
 void *dev_cuda_stage(fsdp_stream *s, size_t bytes);
 
-// cuda_comm.c: staged through pinned host memory (the stream's work first, the bytes to the host, the
-// host collective, the result back), complete when the call returns; with one rank in the group the
-// identity, left on the stream (a device copy where recv is not send; nothing else), as NCCL's would.
+// cuda_comm.c: through NCCL, enqueued on s (cuda_nccl.h), where the group's path is NCCL (--comm nccl,
+// or auto between ranks with a GPU each); else staged through pinned host memory (the stream's work
+// first, the bytes to the host, the host collective, the result back), complete when the call returns;
+// staged with one rank in the group: the identity, left on the stream (a device copy where recv is not
+// send; nothing else), as NCCL's would.
 fsdp_status cuda_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt);
 fsdp_status cuda_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
                                 fsdp_dtype dt, fsdp_reduce_op op);

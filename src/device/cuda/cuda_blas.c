@@ -4,43 +4,23 @@
 #ifdef FSDP_HAVE_CUDA
 #include "device/cuda/cuda_blas.h"
 
-#include <dlfcn.h>
 #include <pthread.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "core/status.h"
+#include "device/cuda/cuda_dlopen.h"
 
 static fsdp_cublas_api api;
 static _Atomic int loaded;   // 1: api is complete (set once, inside `once`)
 static char why[512];        // the failure, when not loaded
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-// *slot = the symbol `name` of lib; 0 (with why set) when it is missing
-static int bind_symbol(void *lib, const char *name, void *slot, size_t slot_size) {
-    void *sym = dlsym(lib, name);
-    if (!sym) {
-        snprintf(why, sizeof why, "cuBLAS lacks %s (%s)", name, dlerror());
-        return 0;
-    }
-    memcpy(slot, &sym, slot_size);  // object pointer to function pointer, as POSIX dlsym intends
-    return 1;
-}
-
-#define BIND(lib, name, field) bind_symbol(lib, name, &api.field, sizeof api.field)
+#define BIND(lib, name, field) cuda_dl_bind(lib, name, &api.field, sizeof api.field, "cuBLAS", why, sizeof why)
 
 static void load(void) {
-    const char *tried[] = {FSDP_CUBLAS_SONAME, FSDP_CUBLAS_PATH};
-    void *lib = NULL;
-    char errors[384] = "";
-    for (size_t i = 0; i < sizeof tried / sizeof tried[0] && !lib; i++) {
-        lib = dlopen(tried[i], RTLD_NOW | RTLD_LOCAL);
-        if (!lib) {
-            const char *e = dlerror();
-            size_t used = strlen(errors);
-            snprintf(errors + used, sizeof errors - used, "%s%s", used ? "; " : "", e ? e : tried[i]);
-        }
-    }
+    const char *const tried[] = {FSDP_CUBLAS_SONAME, FSDP_CUBLAS_PATH};
+    char errors[384];
+    void *lib = cuda_dl_open_first(tried, sizeof tried / sizeof tried[0], errors, sizeof errors);
     if (!lib) {
         snprintf(why, sizeof why, "cannot load cuBLAS (%s)", errors);
         return;

@@ -1,7 +1,21 @@
-// cuda_comm.c: the cuda backend's collectives (cuda_backend.h), staged through pinned host memory.
+// cuda_comm.c: the cuda backend's collectives (cuda_backend.h): through NCCL on the stream where the
+// group's path is NCCL (cuda_nccl.h: comm.h's call on the group, which comm.c routes to the NCCL
+// transport), else staged through pinned host memory.
 #include "device/cuda/cuda_backend.h"
 
 #ifdef FSDP_HAVE_CUDA
+
+#include "device/cuda/cuda_nccl.h"
+
+// Runs `call` (comm.h's collective on c, on the device buffers) through NCCL on s when c's path is NCCL;
+// returns from the enclosing function then, or on a failure deciding the path; falls through when staged.
+#define VIA_NCCL(s, c, coll, call)                                               \
+    do {                                                                         \
+        fsdp_status nccl_st_;                                                    \
+        cuda_nccl_group *nccl_g_ = cuda_nccl_begin((s), (c), (coll), &nccl_st_); \
+        if (nccl_g_) return cuda_nccl_end(nccl_g_, (call));                      \
+        if (nccl_st_ != FSDP_OK) return nccl_st_;                                \
+    } while (0)
 
 // A group of one rank: recv (bytes,) = send (bytes,) after s's work so far (nothing when they are one)
 static fsdp_status identity(fsdp_stream *s, const void *send, void *recv, size_t bytes) {
@@ -30,6 +44,7 @@ static fsdp_status stage_out(fsdp_stream *s, void *dev_out, const void *host, si
 
 fsdp_status cuda_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count, fsdp_dtype dt) {
     size_t bytes = count * fsdp_dtype_size(dt), all = bytes * (size_t)fsdp_comm_size(c);
+    VIA_NCCL(s, c, "all_gather", fsdp_all_gather(c, send, recv, count, dt));
     if (fsdp_comm_size(c) == 1) return identity(s, send, recv, bytes);
     unsigned char *hrecv = dev_cuda_stage(s, all);  // (all,): the send staged at this rank's place in it
     if (!hrecv) return FSDP_ERR_NOMEM;
@@ -43,6 +58,7 @@ fsdp_status cuda_all_gather(fsdp_stream *s, fsdp_comm *c, const void *send, void
 fsdp_status cuda_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, void *recv, size_t count,
                                 fsdp_dtype dt, fsdp_reduce_op op) {
     size_t bytes = count * fsdp_dtype_size(dt), all = bytes * (size_t)fsdp_comm_size(c);
+    VIA_NCCL(s, c, "reduce_scatter", fsdp_reduce_scatter(c, send, recv, count, dt, op));
     if (fsdp_comm_size(c) == 1) return identity(s, send, recv, bytes);  // a sum, mean, max or min of one
     unsigned char *hsend, *hrecv;
     FSDP_CHECK(stage_in(s, send, all, bytes, &hsend, &hrecv));
@@ -52,6 +68,7 @@ fsdp_status cuda_reduce_scatter(fsdp_stream *s, fsdp_comm *c, const void *send, 
 
 fsdp_status cuda_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, fsdp_reduce_op op) {
     size_t bytes = count * fsdp_dtype_size(dt);
+    VIA_NCCL(s, c, "all_reduce", fsdp_all_reduce(c, buf, count, dt, op));
     if (fsdp_comm_size(c) == 1) return identity(s, buf, buf, bytes);
     unsigned char *h, *unused;
     FSDP_CHECK(stage_in(s, buf, bytes, 0, &h, &unused));
@@ -61,6 +78,7 @@ fsdp_status cuda_all_reduce(fsdp_stream *s, fsdp_comm *c, void *buf, size_t coun
 
 fsdp_status cuda_broadcast(fsdp_stream *s, fsdp_comm *c, void *buf, size_t count, fsdp_dtype dt, int root) {
     size_t bytes = count * fsdp_dtype_size(dt);
+    VIA_NCCL(s, c, "broadcast", fsdp_broadcast(c, buf, count, dt, root));
     if (fsdp_comm_size(c) == 1) return identity(s, buf, buf, bytes);
     unsigned char *h, *unused;
     FSDP_CHECK(stage_in(s, buf, bytes, 0, &h, &unused));

@@ -26,6 +26,7 @@ const fsdp_backend_i fsdp_backend_cuda = {.name = "cuda", .kind = FSDP_DEVICE_CU
 
 #include "core/tunables.h"
 #include "device/cuda/cuda_blas.h"
+#include "device/cuda/cuda_nccl.h"
 #include "device/cuda/cuda_state.h"
 
 #define CUDA_WORKSPACE_BYTES ((size_t)32 << 20)  // cuBLAS's advice for Hopper
@@ -76,6 +77,9 @@ static fsdp_status open_gpu(fsdp_dev *d, int ordinal) {
 
 static void cuda_close(fsdp_dev *d) {
     if (CD(d)->ordinal >= 0) cudaSetDevice(CD(d)->ordinal);
+    for (int i = 0; i < FSDP_STREAM_COUNT; i++)
+        if (CS(&d->streams[i])->cu) cudaStreamSynchronize((cudaStream_t)CS(&d->streams[i])->cu);
+    cuda_nccl_close(d);  // the communicators, after the streams' collectives
     for (int i = 0; i < FSDP_STREAM_COUNT; i++) {
         fsdp_stream *s = &d->streams[i];
         if (CS(s)->cu) cudaStreamSynchronize((cudaStream_t)CS(s)->cu);
@@ -217,10 +221,13 @@ static void dev_cuda_event_destroy(fsdp_event *e) {
     if (e->native) cudaEventDestroy((cudaEvent_t)e->native);
 }
 
+// Event records and queries (where the engine orders and asks about its streams' work) also poll NCCL's
+// asynchronous errors when the device has NCCL collectives.
 static fsdp_status dev_cuda_event_record(fsdp_event *e, fsdp_stream *s) {
     CU_TRY(cudaEventRecord((cudaEvent_t)e->native, (cudaStream_t)CS(s)->cu), "cudaEventRecord");
     e->stream = s;
-    return dev_cuda_stream_status(s);
+    FSDP_CHECK(dev_cuda_stream_status(s));
+    return cuda_nccl_active(s->dev) ? cuda_nccl_poll(s->dev) : FSDP_OK;
 }
 
 static fsdp_status dev_cuda_stream_wait_event(fsdp_stream *s, fsdp_event *e) {
@@ -229,10 +236,26 @@ static fsdp_status dev_cuda_stream_wait_event(fsdp_stream *s, fsdp_event *e) {
     return FSDP_OK;
 }
 
+// With NCCL collectives on the device the waits poll (cuda_nccl_wait: asynchronous NCCL errors, the
+// watchdog's record); otherwise CUDA blocks.
 static fsdp_status dev_cuda_event_synchronize(fsdp_event *e) {
     if (!e->stream) return FSDP_OK;
-    CU_TRY(cudaEventSynchronize((cudaEvent_t)e->native), "cudaEventSynchronize");
+    if (cuda_nccl_active(e->dev)) FSDP_CHECK(cuda_nccl_wait(e->stream, e));
+    else CU_TRY(cudaEventSynchronize((cudaEvent_t)e->native), "cudaEventSynchronize");
     return dev_cuda_stream_status(e->stream);
+}
+
+static fsdp_status cuda_stream_synchronize_entry(fsdp_stream *s) {
+    if (!cuda_nccl_active(s->dev)) return dev_cuda_stream_synchronize(s);
+    FSDP_CHECK(cuda_nccl_wait(s, NULL));
+    return dev_cuda_stream_status(s);
+}
+
+// The failure noted on s, else (with NCCL collectives on the device) NCCL's asynchronous errors: polled
+// wherever the engine asks a stream for its status.
+static fsdp_status cuda_stream_status_entry(fsdp_stream *s) {
+    FSDP_CHECK(dev_cuda_stream_status(s));
+    return cuda_nccl_active(s->dev) ? cuda_nccl_poll(s->dev) : FSDP_OK;
 }
 
 static int dev_cuda_event_query(fsdp_event *e) {
@@ -240,6 +263,7 @@ static int dev_cuda_event_query(fsdp_event *e) {
     cudaError_t r = cudaEventQuery((cudaEvent_t)e->native);
     if (r == cudaErrorNotReady) return 0;
     if (r != cudaSuccess) dev_note_error(e->stream, dev_cuda_fail(r, "cudaEventQuery"));
+    else if (cuda_nccl_active(e->dev)) dev_note_error(e->stream, cuda_nccl_poll(e->dev));  // (FSDP_OK: nothing)
     return 1;
 }
 
@@ -298,8 +322,8 @@ const fsdp_backend_i fsdp_backend_cuda = {
     .host_free = dev_cuda_host_free,
     .register_host = dev_cuda_register,
     .unregister_host = dev_cuda_unregister,
-    .stream_synchronize = dev_cuda_stream_synchronize,
-    .stream_status = dev_cuda_stream_status,
+    .stream_synchronize = cuda_stream_synchronize_entry,
+    .stream_status = cuda_stream_status_entry,
     .stream_in_flight = cuda_in_flight,
     .event_create = dev_cuda_event_create,
     .event_destroy = dev_cuda_event_destroy,
@@ -315,6 +339,7 @@ const fsdp_backend_i fsdp_backend_cuda = {
     .all_reduce = cuda_all_reduce,
     .broadcast = cuda_broadcast,
     .kernels = cuda_kernels,
+    .comm_check = cuda_nccl_check_mode,
 };
 
 

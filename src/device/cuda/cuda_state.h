@@ -30,6 +30,7 @@ typedef struct {
     cuda_alloc_rec *allocs;               // (n_allocs,) live allocations
     int n_allocs, cap_allocs;
     cuda_stream streams[FSDP_STREAM_COUNT];
+    void *nccl;                           // the NCCL transport's records of process groups (cuda_nccl.c), or NULL
 } cuda_dev;
 
 static inline cuda_stream *CS(const fsdp_stream *s) { return s->ctx; }
