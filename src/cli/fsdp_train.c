@@ -72,6 +72,7 @@ static void *watchdog(void *arg) {
             fprintf(stderr, "fsdp-train: rank %d: collective %s has not completed in %d s (a rank died or the ranks "
                     "run different collectives; FSDP_DEBUG=DETAIL checks the sequence); aborting\n",
                     watchdog_rank, name ? name : "?", watchdog_timeout);
+            fsdp_comm_abort_device();  // a device transport's collectives in flight (NCCL: ncclCommAbort)
             _exit(3);
         }
     }
