@@ -91,6 +91,13 @@ static fsdp_status index_entries(st_source *s) {
     return FSDP_OK;
 }
 
+// A source of the one file at path.
+static fsdp_status open_single(st_source *s, const char *path) {
+    if (!(s->files = calloc(1, sizeof *s->files))) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
+    FSDP_CHECK(add_file(s, path));
+    return index_entries(s);
+}
+
 // A shard name of the index: a plain file name in the directory.
 static int plain_file_name(const char *name) {
     return name[0] && !strchr(name, '/') && strcmp(name, ".") && strcmp(name, "..");
@@ -179,8 +186,7 @@ static fsdp_status open_dir(st_source *s) {
     fsdp_status st;
     snprintf(file, cap, "%s/model.safetensors", s->path);
     if (stat(file, &sb) == 0) {
-        st = (s->files = calloc(1, sizeof *s->files)) ? add_file(s, file) : fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", s->path);
-        if (st == FSDP_OK) st = index_entries(s);
+        st = open_single(s, file);
     } else {
         snprintf(file, cap, "%s/%s", s->path, INDEX_NAME);
         st = stat(file, &sb) == 0 ? open_index(s, file)
@@ -207,8 +213,7 @@ fsdp_status st_source_open(const char *path, st_source **out) {
     if (s->is_dir) {
         st = open_dir(s);
     } else {
-        st = (s->files = calloc(1, sizeof *s->files)) ? add_file(s, path) : fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
-        if (st == FSDP_OK) st = index_entries(s);
+        st = open_single(s, path);
     }
     if (st != FSDP_OK) {
         st_source_close(s);

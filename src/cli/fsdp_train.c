@@ -232,7 +232,8 @@ static int prepare_run(train_options *o, fsdp_comm *world, fsdp_config *fcfg) {
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
         {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
-        {"--save", o->training.save_path, train_hf_save_kind(o->training.save_path)}, {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
+        {"--save", o->training.save_path, train_hf_save_kind(o->training.save_path)},
+        {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
         {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
         {"--plot", o->plot_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-train", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;

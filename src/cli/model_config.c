@@ -34,7 +34,9 @@ static const char *recorded_value(config_source *src, const char *key) {
 
 static int check_and_take(const cli_model_config *c, config_source *src, const char *path) {
     const char *kind = recorded_value(src, "model_type");
-    if (strcmp(kind, c->model_type) != 0) {
+    // a config.json of the Llama family (llama, mistral, qwen2: one architecture) builds a "llama" model
+    int family = src->hf && !strcmp(c->model_type, "llama") && src->hf->model_type != HF_GPT2;
+    if (strcmp(kind, c->model_type) != 0 && !family) {
         fprintf(stderr, "%s: %s records model_type %s; this tool builds %s\n", c->prog, path, kind, c->model_type);
         return -1;
     }

@@ -95,6 +95,11 @@ int train_hf_prepare(train_options *o, fsdp_status (*dims_from_file)(train_optio
                  save ? " is one fp32 file" : "");
         return flag_error(line);
     }
+    if (save && train_hf_save_is_dir(save) && o->lora.rank > 0) {  // (train_lora_save writes one file)
+        snprintf(line, sizeof line, "--save %.400s with --lora-rank: the adapters (or, with --lora-merge-on-save, the "
+                 "merged weights) are written as one file: give a path ending in .safetensors", save);
+        return flag_error(line);
+    }
     if (train_hf_parse_size(o->save_shard_size, &o->save_shard_bytes) != 0) {
         snprintf(line, sizeof line, "--save-shard-size '%.200s': expected a positive number of bytes, optionally with "
                  "KB, MB, GB (powers of 1000) or KiB, MiB, GiB", o->save_shard_size);

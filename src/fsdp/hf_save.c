@@ -101,9 +101,15 @@ static fsdp_status finish(const save_plan *p, const char *dir, const char *tmp, 
     return st;
 }
 
-fsdp_status fsdp_save_hf(fsdp_state *s, const char *dir, const hf_config *cfg, fsdp_param_set set, fsdp_dtype dtype,
+fsdp_status fsdp_save_hf(fsdp_state *s, const char *dir_arg, const hf_config *cfg, fsdp_param_set set, fsdp_dtype dtype,
                          uint64_t max_shard_bytes) {
     int R = fsdp_comm_rank(s->world);
+    char dir[4000];  // dir_arg without trailing slashes: "out/" -> "out" (its temporary is "out.tmp.<pid>")
+    size_t len = strlen(dir_arg);
+    while (len > 1 && dir_arg[len - 1] == '/') len--;
+    if (len >= sizeof dir) return fsdp_error(FSDP_ERR_INVALID_ARG, "%.200s...: path too long", dir_arg);
+    memcpy(dir, dir_arg, len);
+    dir[len] = 0;
     save_plan p;
     fsdp_status st = plan_shards(s, set, dtype == FSDP_BF16 ? 2 : 4, max_shard_bytes ? max_shard_bytes : UINT64_MAX, &p);
     float *flat = st == FSDP_OK ? fsdp_alloc_unit_buffer(s) : NULL;

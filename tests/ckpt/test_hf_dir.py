@@ -194,8 +194,8 @@ def main():
         chk.close(f"{n} rank(s): --init of the saved bf16 shards = --init FILE of their values", a, b, 0, 0)
 
     # a directory fsdp.c wrote is replaced; one holding anything else is refused, untouched
-    proc([train, "--init", "in", "--save", "out32", "--steps", "1"] + RUN[:-2] + ["--lr", "1e-2"])
-    chk.true("--save over a directory fsdp.c wrote replaces it (new values, no leftover beside it)",
+    proc([train, "--init", "in", "--save", "out32/", "--steps", "1"] + RUN[:-2] + ["--lr", "1e-2"])
+    chk.true("--save DIR/ over a directory fsdp.c wrote replaces it (new values, no leftover beside it)",
              not np.array_equal(st_load("out32/model.safetensors")["wte.weight"], st_load("ref.safetensors")["wte.weight"])
              and not [f for f in os.listdir(".") if ".tmp." in f or ".old." in f], str(os.listdir(".")))
 
@@ -281,6 +281,8 @@ def bad_input_cases(chk, train, w):
     chk.true("... which keeps its files", os.listdir("foreign") == ["tokenizer.json"], str(os.listdir("foreign")))
     refused(chk, "--save-dtype with a .safetensors --save", train, ["--init", "in", "--save-dtype", "bf16"],
             ["--save-dtype", "never.safetensors"], save="never.safetensors")
+    refused(chk, "a directory --save with --lora-rank (its adapters are one file)", train,
+            ["--init", "in", "--lora-rank", "2"], ["--save", "--lora-rank", ".safetensors"])
     refused(chk, "a malformed --save-shard-size", train, ["--init", "in", "--save-shard-size", "5XB"],
             ["--save-shard-size", "5XB"])
     r = proc([train, "--init", "in", "--save-shard-size", "1MB"] + RUN, expect_ok=False)
