@@ -1,6 +1,7 @@
 // hf_save.c: fsdp_save_hf, the model written as a Hugging Face model directory (config.json and
 // model.safetensors, or shards and an index), streamed from the shards as fsdp_save_params streams one
-// file: every rank gathers one unit at a time, rank 0 writes its tensors through the bounded staging.
+// file: every rank gathers one unit at a time, rank 0 writes its tensors through the bounded staging,
+// in the model's parameter order (Hugging Face's), not the units'.
 #include "fsdp/hf_save.h"
 
 #include <inttypes.h>
@@ -10,11 +11,13 @@
 #include "ckpt/hf_dir.h"
 #include "fsdp/fsdp_internal.h"
 
-// The plan every rank can compute: the set's parameters in the model's order and rank 0's shard of each.
+// The plan every rank can compute: the set's parameters in the model's order (nn_params: Hugging Face's
+// state_dict order), the unit holding each, and the shard file each goes to.
 typedef struct {
-    int n;                  // tensors written
-    const nn_param **params;  // (n,) in unit, then parameter order
-    int *shard_of;          // (n,) the shard file each goes to
+    int n;                    // tensors written
+    const nn_param **params;  // (n,) in the model's order
+    int *unit, *slot;         // (n,) the unit holding each and its index among the unit's parameters
+    int *shard_of;            // (n,) the shard file each goes to
     int n_shards;
     uint64_t total_bytes;
 } save_plan;
@@ -24,32 +27,38 @@ typedef struct {
 static fsdp_status plan_shards(const fsdp_state *s, fsdp_param_set set, size_t elem_bytes, uint64_t max_bytes,
                                save_plan *p) {
     memset(p, 0, sizeof *p);
-    int total = 0;
-    for (int ui = 0; ui < s->n_units; ui++) total += s->units[ui].n_params;
-    p->params = malloc(sizeof *p->params * (size_t)(total ? total : 1));
-    p->shard_of = malloc(sizeof *p->shard_of * (size_t)(total ? total : 1));
-    if (!p->params || !p->shard_of) return fsdp_error(FSDP_ERR_NOMEM, "out of memory planning the shards");
+    const nn_params *ps = s->model.params;
+    size_t cap = (size_t)(ps->count ? ps->count : 1);
+    p->params = malloc(sizeof *p->params * cap);
+    p->unit = malloc(sizeof *p->unit * cap), p->slot = malloc(sizeof *p->slot * cap);
+    p->shard_of = malloc(sizeof *p->shard_of * cap);
+    if (!p->params || !p->unit || !p->slot || !p->shard_of)
+        return fsdp_error(FSDP_ERR_NOMEM, "out of memory planning the shards");
     uint64_t in_shard = 0;
-    for (int ui = 0; ui < s->n_units; ui++)
-        for (int i = 0; i < s->units[ui].n_params; i++) {
-            const nn_param *q = s->units[ui].params[i];
-            int keep = set == FSDP_PARAMS_ALL || (set == FSDP_PARAMS_ADAPTERS) == (q->adapter != 0);
-            if (!keep) continue;
-            uint64_t bytes = (uint64_t)q->numel * elem_bytes;
-            if (p->n_shards == 0 || (in_shard > 0 && in_shard + bytes > max_bytes)) {
-                p->n_shards++;
-                in_shard = 0;
-            }
-            in_shard += bytes;
-            p->total_bytes += bytes;
-            p->params[p->n] = q;
-            p->shard_of[p->n++] = p->n_shards - 1;
+    for (int k = 0; k < ps->count; k++) {
+        const nn_param *q = &ps->items[k];
+        int keep = set == FSDP_PARAMS_ALL || (set == FSDP_PARAMS_ADAPTERS) == (q->adapter != 0), ui = 0, i = -1;
+        for (; keep && ui < s->n_units && i < 0; ui++)
+            for (int j = 0; j < s->units[ui].n_params && i < 0; j++)
+                if (s->units[ui].params[j] == q) i = j;
+        if (!keep || i < 0) continue;  // (every parameter has a unit: the root takes what no block took)
+        uint64_t bytes = (uint64_t)q->numel * elem_bytes;
+        if (p->n_shards == 0 || (in_shard > 0 && in_shard + bytes > max_bytes)) {
+            p->n_shards++;
+            in_shard = 0;
         }
+        in_shard += bytes;
+        p->total_bytes += bytes;
+        p->params[p->n] = q, p->unit[p->n] = ui - 1, p->slot[p->n] = i;
+        p->shard_of[p->n++] = p->n_shards - 1;
+    }
     return FSDP_OK;
 }
 
 static void plan_free(save_plan *p) {
     free(p->params);
+    free(p->unit);
+    free(p->slot);
     free(p->shard_of);
 }
 
@@ -126,18 +135,15 @@ fsdp_status fsdp_save_hf(fsdp_state *s, const char *dir_arg, const hf_config *cf
     if (R == 0 && st == FSDP_OK) st = hf_dir_begin(dir, tmp, sizeof tmp);
     if (R == 0 && st == FSDP_OK) st = open_writers(s, &p, tmp, dtype == FSDP_BF16 ? ST_BF16 : ST_F32, writers, names);
     fsdp_status cs = FSDP_OK;  // collective status: every rank takes part in every gather
-    int t = 0;                 // the next tensor of the plan (the plan keeps the units' order)
-    for (int ui = 0; ui < s->n_units && cs == FSDP_OK; ui++) {
-        fsdp_unit *u = &s->units[ui];
-        int first = t;
-        for (int i = 0; i < u->n_params; i++) t += t < p.n && p.params[t] == u->params[i];
-        if (t == first) continue;  // (the same on every rank)
-        cs = fsdp_gather_flat(s, u, u->shard, flat, 0);
-        for (int i = 0, k = first; R == 0 && cs == FSDP_OK && st == FSDP_OK && i < u->n_params; i++)
-            if (k < t && p.params[k] == u->params[i]) {
-                st = fsdp_stage_write_as(&g, writers[p.shard_of[k]], flat + u->offsets[i], u->params[i]->numel, dtype);
-                k++;
-            }
+    // the plan's order: a unit is gathered when its first tensor comes, again if the order comes back to
+    // it (the root's embeddings first and final norm last: gathered twice); one unit in memory at a time
+    for (int t = 0, gathered = -1; t < p.n && cs == FSDP_OK; t++) {
+        fsdp_unit *u = &s->units[p.unit[t]];
+        if (p.unit[t] != gathered) cs = fsdp_gather_flat(s, u, u->shard, flat, 0);  // (the same on every rank)
+        gathered = p.unit[t];
+        if (R == 0 && cs == FSDP_OK && st == FSDP_OK)
+            st = fsdp_stage_write_as(&g, writers[p.shard_of[t]], flat + u->offsets[p.slot[t]], p.params[t]->numel,
+                                     dtype);
     }
     if (R == 0 && writers) {
         if (st == FSDP_OK && cs == FSDP_OK) st = finish(&p, dir, tmp, cfg, dtype, writers, names);

@@ -89,10 +89,12 @@ def hf_split(sizes, limit):
     return shards + [current]
 
 
-def check_saved_dir(chk, label, d, ref_file, dtype, limit=None):
-    """A --save DIR against a --save FILE of the same run: config, names, order, shapes, dtypes, split, values."""
+def check_saved_dir(chk, label, d, ref_file, dtype, order, limit=None):
+    """A --save DIR against a --save FILE of the same run: config, names, shapes, dtypes, split, values; the
+    tensors in `order` (Hugging Face's state_dict order: wte, wpe, h.0..., ln_f)."""
     files = sorted(os.listdir(d)) if os.path.isdir(d) else []
-    ref_hdr = header(ref_file)
+    shape_of = {n: s for n, _, s in header(ref_file)}
+    ref_hdr = [(n, "F32", shape_of.get(n)) for n in order]
     ref = st_load(ref_file)
     cfg = json.load(open(f"{d}/config.json")) if "config.json" in files else {}
     want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": D, "n_layer": L, "n_head": H,
@@ -111,7 +113,7 @@ def check_saved_dir(chk, label, d, ref_file, dtype, limit=None):
     if files != want_files:
         return
     got_hdr = [e for f in names for e in header(f"{d}/{f}")]
-    chk.true(f"{label}: tensors in the model's order, shards split as save_pretrained splits them",
+    chk.true(f"{label}: tensors in Hugging Face's order, shards split as save_pretrained splits them",
              [[e[0] for e in header(f"{d}/{f}")] for f in names] == expect, str([header(f"{d}/{f}") for f in names]))
     chk.true(f"{label}: names and shapes of the file save, dtype {dtype}, no lm_head.weight",
              [(a, s) for a, _, s in got_hdr] == [(a, s) for a, _, s in ref_hdr] and
@@ -174,14 +176,14 @@ def main():
     # --save DIR: fp32 one file, bf16 in shards, against --save FILE of the same run
     proc([train, "--init", "in", "--save", "ref.safetensors"] + RUN)
     proc([train, "--init", "in", "--save", "out32"] + RUN)
-    check_saved_dir(chk, "--save DIR (fp32)", "out32", "ref.safetensors", "F32")
+    check_saved_dir(chk, "--save DIR (fp32)", "out32", "ref.safetensors", "F32", list(w))
     proc([train, "--init", "in", "--save", "out16", "--save-dtype", "bf16", "--save-shard-size", "20KB"] + RUN)
     check_saved_dir(chk, "--save DIR --save-dtype bf16 --save-shard-size 20KB", "out16", "ref.safetensors", "BF16",
-                    SHARD_BYTES)
+                    list(w), SHARD_BYTES)
     mpirun(3, [train, "--init", "in", "--save", "ref3.safetensors"] + RUN)
     r = mpirun(3, [train, "--init", "in", "--save", "out3", "--save-shard-size", str(SHARD_BYTES)] + RUN)
     check_saved_dir(chk, "3 ranks: --save DIR --save-shard-size 20000 (fp32)", "out3", "ref3.safetensors", "F32",
-                    SHARD_BYTES)
+                    list(w), SHARD_BYTES)
     said = [x for x in r.stdout.splitlines() if x.startswith("fsdp-train: saved")]
     chk.true("3 ranks: rank 0 says once what it wrote (tensors, dtype, files)",
              len(said) == 1 and "fp32" in said[0] and "file(s)" in said[0] and "out3" in said[0], str(said))
