@@ -2,7 +2,8 @@
 
 - --init DIR: a GPT-2 directory (config.json, random BF16 weights in 3 shards, model.safetensors.index.json)
   trains at 1 and 3 ranks with exactly the losses of the same run from one fp32 .safetensors file holding
-  the same (bf16-exact) values; the sizes come from config.json alone (no size flags).
+  the same (bf16-exact) values; the sizes come from config.json alone (no size flags); at 3 ranks the
+  ranks' reads (strace of pread64) cover every file's data once, each rank about a third.
 - --save DIR: config.json's keys and values (what GPT2LMHeadModel.from_pretrained reads), the tensors'
   names (no lm_head.weight: tied), shapes, dtypes and order; fp32 values equal to a --save FILE of the same
   run, bf16 values its round-to-nearest-even; above --save-shard-size, save_pretrained's shard split and
@@ -20,7 +21,9 @@
 Run as: /usr/bin/python3 tests/ckpt/test_hf_dir.py --bin build/bin"""
 import json
 import os
+import re
 import shutil
+import struct
 import sys
 
 import numpy as np
@@ -172,6 +175,7 @@ def main():
         chk.close(f"{n} rank(s): --init DIR (bf16 shards) = --init FILE (fp32, same values), bitwise", a, b, 0, 0)
         losses[n] = a
     chk.close("3 ranks = 1 rank (--init DIR)", losses[3], losses[1], 1e-5, 0)
+    check_reads(chk, train)
 
     # --save DIR: fp32 one file, bf16 in shards, against --save FILE of the same run
     proc([train, "--init", "in", "--save", "ref.safetensors"] + RUN)
@@ -203,6 +207,46 @@ def main():
 
     bad_input_cases(chk, train, w)
     chk.report()
+
+
+def data_bytes_read(trace, data_start):
+    """From one process's strace of openat/pread64/close: the bytes it read past each shard's header."""
+    fds, got = {}, {}
+    pat_open = re.compile(r'^openat\(AT_FDCWD, "([^"]+)", .*\) = (\d+)$')
+    pat_read = re.compile(r'^pread64\((\d+), .*, (\d+), (\d+)\) = (\d+)$')
+    for line in open(trace):
+        line = line.strip()
+        m = pat_open.match(line)
+        if m:
+            fds[int(m.group(2))] = os.path.basename(m.group(1))
+            continue
+        m = pat_read.match(line)
+        name = fds.get(int(m.group(1))) if m else None
+        if m and name in data_start:
+            first, end = int(m.group(3)), int(m.group(3)) + int(m.group(4))
+            got[name] = got.get(name, 0) + max(0, end - max(first, data_start[name]))
+        elif line.startswith("close(") and "= 0" in line:
+            fds.pop(int(line[6:line.index(")")]), None)
+    return got
+
+
+def check_reads(chk, train):
+    """At 3 ranks each rank reads only its own shard of the weights: the ranks' reads add up to each shard
+    file's data section exactly once, and each rank's to about a third of the whole."""
+    shards = sorted(f for f in os.listdir("in") if f.endswith(".safetensors"))
+    start, size = {}, {}
+    for f in shards:
+        with open(f"in/{f}", "rb") as fh:
+            start[f] = 8 + struct.unpack("<Q", fh.read(8))[0]
+        size[f] = os.path.getsize(f"in/{f}") - start[f]
+    wrap = ["sh", "-c", 'exec strace -qq -e trace=openat,pread64,close -o "reads.$OMPI_COMM_WORLD_RANK" "$@"', "sh"]
+    mpirun(3, wrap + [train, "--init", "in"] + RUN)
+    per_rank = [data_bytes_read(f"reads.{r}", start) for r in range(3)]
+    total = {f: sum(p.get(f, 0) for p in per_rank) for f in shards}
+    chk.true("3 ranks: the ranks' reads cover each shard's data exactly once", total == size, f"{total} vs {size}")
+    share = [sum(p.values()) / sum(size.values()) for p in per_rank]
+    chk.true(f"3 ranks: each rank reads about its third of the weights' bytes ({', '.join(f'{x:.2f}' for x in share)})",
+             all(0.2 < x < 0.45 for x in share), str(per_rank))
 
 
 def st_load_dir(d):
