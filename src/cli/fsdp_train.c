@@ -23,6 +23,7 @@
 #include "cli/train_ckpt.h"
 #include "cli/train_lineage.h"
 #include "cli/train_flags.h"
+#include "cli/train_hf.h"
 #include "cli/train_log.h"
 #include "cli/train_loop.h"
 #include "cli/train_sample.h"
@@ -99,7 +100,7 @@ static fsdp_status read_loss(const nn_ctx *ctx, const nn_lm *model, double *loss
 // --save: the weights, or with adapters what train_lora_save writes.
 static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_lm *model, int rank) {
     if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->training.save_path, rank);
-    return cli_save_weights("fsdp-train", fs, o->training.save_path, rank);
+    return train_hf_save_weights("fsdp-train", o, fs, rank);
 }
 
 static int fail(const char *msg) {
@@ -371,7 +372,8 @@ static int prepare_run(train_options *o, fsdp_comm *world, fsdp_config *fcfg) {
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
         {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
-        {"--save", o->training.save_path, CLI_OUT_FILE}, {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
+        {"--save", o->training.save_path, train_hf_save_kind(o->training.save_path)},
+        {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
         {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
         {"--plot", o->plot_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-train", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;
@@ -749,7 +751,8 @@ int main(int argc, char **argv) {
                                       args, nargs, argc, argv};
     if (o.arch == 1 && !cli_given(args, nargs, argc, argv, "--lora-targets")) o.lora.targets = "q_proj,v_proj";
     if (cli_config_from_inputs(&o.config, o.training.init_path, &o.fsdp.ckpt)) return 2;
-    if (o.training.init_path && dims_from_file(&o) != FSDP_OK) return fail(fsdp_last_error());
+    int prepared = train_hf_prepare(&o, dims_from_file);  // --init DIR or FILE, a directory --save's flags
+    if (prepared) return prepared;
     if (o.arch == 1 && resolve_llama_shape(&o)) return 2;
     static const char *const llama_only[] = {"--kv-heads", "--head-dim", "--rope-theta", "--rope-scaling", "--rms-eps",
                                              "--tie-embeddings", "--attention-bias", "--qkv-bias", "--mlp-bias"};

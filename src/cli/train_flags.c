@@ -12,6 +12,7 @@ int train_flags(train_options *o, cli_arg *args) {
     o->training.lr = 1e-3f, o->min_lr = 1e-4f, o->training.weight_decay = 0.01f, o->dropout = 0.0f;
     o->training.clip = 1.0f;
     o->eval_batches = 4, o->collective_timeout = 300;
+    o->save_shard_size = "5GB";  // save_pretrained's default max_shard_size
     o->gen = (train_sample_options){NULL, 1.0f, 0, 0, NULL};
     o->lora = (train_lora_options){0, 8.0f, 0.0f, "c_attn", NULL, 0};  // PEFT LoraConfig's defaults for GPT-2
     cli_fsdp_defaults(&o->fsdp);
@@ -62,6 +63,8 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--input", ARG_STRING, &o->input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
         cli_training_flag(common, "--init"),
         cli_training_flag(common, "--save"),
+        {"--save-dtype", ARG_CHOICE, &o->save_dtype, "the dtype of a Hugging Face directory --save's weights (bf16: rounded to nearest even)", 1, 0, "fp32|bf16"},
+        {"--save-shard-size", ARG_STRING, &o->save_shard_size, "a Hugging Face directory --save splits its weights into shards of at most this size (one larger tensor has its own) plus model.safetensors.index.json, as save_pretrained's max_shard_size: bytes, or with KB/MB/GB (powers of 1000) or KiB/MiB/GiB", 1, 0, NULL},
         cli_training_flag(common, "--dump-grads"),
         {"--log-jsonl", ARG_STRING, &o->jsonl_path, "write one JSON object per step here (the first record is the resolved configuration; a resumed run appends)", 1, 0, NULL},
         {"--plot", ARG_STRING, &o->plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
