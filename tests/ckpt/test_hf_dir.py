@@ -10,6 +10,7 @@
   names, the index consistent with the shards (weight_map, total_size); at 3 ranks the same; the saved
   directory loads again (--init) as the file of its values does; a directory fsdp.c wrote is replaced,
   any other refused.
+- fsdp-ckpt consolidate CHECKPOINT DIR writes the same directory from a sharded checkpoint.
 - Bad input: each a one-line error, exit 2, no step trained, the --save directory not created and no
   temporary left: a missing shard, a tensor the index lists in a shard without it, a tensor in two shards,
   a shard tensor the index does not list, malformed indexes, a missing / malformed config.json, an
@@ -97,13 +98,15 @@ def check_saved_dir(chk, label, d, ref_file, dtype, order, limit=None):
     tensors in `order` (Hugging Face's state_dict order: wte, wpe, h.0..., ln_f)."""
     files = sorted(os.listdir(d)) if os.path.isdir(d) else []
     shape_of = {n: s for n, _, s in header(ref_file)}
-    ref_hdr = [(n, "F32", shape_of.get(n)) for n in order]
+    ref_hdr = [(n, "F32", shape_of.get(n)) for n in (order or shape_of)]  # (no order: the file's)
     ref = st_load(ref_file)
     cfg = json.load(open(f"{d}/config.json")) if "config.json" in files else {}
     want = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_embd": D, "n_layer": L, "n_head": H,
             "vocab_size": V, "n_positions": P, "n_inner": None, "activation_function": "gelu_new",
             "layer_norm_epsilon": 1e-5, "tie_word_embeddings": True, "bos_token_id": 50256,
             "eos_token_id": 50256, "torch_dtype": "bfloat16" if dtype == "BF16" else "float32"}
+    if order is None:  # a checkpoint records the sizes, not the --init directory's token ids
+        want["bos_token_id"] = want["eos_token_id"] = "<absent>"
     bad = {k: (cfg.get(k, "<absent>"), v) for k, v in want.items() if cfg.get(k, "<absent>") != v}
     chk.true(f"{label}: config.json has GPT2LMHeadModel's keys and the model's values", cfg and not bad, str(bad))
     esize = 2 if dtype == "BF16" else 4
@@ -204,6 +207,22 @@ def main():
     chk.true("--save DIR/ over a directory fsdp.c wrote replaces it (new values, no leftover beside it)",
              not np.array_equal(st_load("out32/model.safetensors")["wte.weight"], st_load("ref.safetensors")["wte.weight"])
              and not [f for f in os.listdir(".") if ".tmp." in f or ".old." in f], str(os.listdir(".")))
+
+    # fsdp-ckpt consolidate CHECKPOINT DIR: the checkpoint as a Hugging Face directory (its config from the
+    # checkpoint's metadata), equal to a --save FILE of the same run; a checkpoint of a model that no
+    # config.json describes (fsdp-minimal's encoder stack) refused
+    tool = os.path.join(os.path.dirname(train), "fsdp-ckpt")
+    proc([train, "--init", "in", "--ckpt-dir", "ck", "--save", "ref_ck.safetensors"] + RUN)
+    r = proc([tool, "consolidate", "ck/step_00000003", "cons"])
+    check_saved_dir(chk, "fsdp-ckpt consolidate CKPT DIR", "cons", "ref_ck.safetensors", "F32", None)
+    chk.true("fsdp-ckpt consolidate CKPT DIR says what it wrote", "into 1 file(s) + config.json" in r.stdout, r.stdout)
+    minimal = os.path.join(os.path.dirname(train), "fsdp-minimal")
+    proc([minimal, "--layers", "1", "--d-model", "16", "--heads", "2", "--ffn", "32", "--steps", "1", "--threads",
+          "1", "--ckpt-dir", "ck_min"])
+    r = proc([tool, "consolidate", "ck_min/step_00000001", "cons_min"], expect_ok=False)
+    chk.true("fsdp-ckpt consolidate of an encoder-stack checkpoint into a directory: exit 2, one line, nothing "
+             "written", r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "model_type" in r.stderr
+             and not [f for f in os.listdir(".") if f.startswith("cons_min")], r.stderr)
 
     bad_input_cases(chk, train, w)
     chk.report()
