@@ -10,7 +10,8 @@
   names, the index consistent with the shards (weight_map, total_size); at 3 ranks the same; the saved
   directory loads again (--init) as the file of its values does; a directory fsdp.c wrote is replaced,
   any other refused.
-- fsdp-ckpt consolidate CHECKPOINT DIR writes the same directory from a sharded checkpoint.
+- fsdp-ckpt consolidate CHECKPOINT DIR writes the same directory from a sharded checkpoint; --lora-init
+  takes a PEFT adapter directory.
 - Bad input: each a one-line error, exit 2, no step trained, the --save directory not created and no
   temporary left: a missing shard, a tensor the index lists in a shard without it, a tensor in two shards,
   a shard tensor the index does not list, malformed indexes, a missing / malformed config.json, an
@@ -207,6 +208,14 @@ def main():
     chk.true("--save DIR/ over a directory fsdp.c wrote replaces it (new values, no leftover beside it)",
              not np.array_equal(st_load("out32/model.safetensors")["wte.weight"], st_load("ref.safetensors")["wte.weight"])
              and not [f for f in os.listdir(".") if ".tmp." in f or ".old." in f], str(os.listdir(".")))
+
+    # --lora-init DIR: a PEFT adapter directory (adapter_model.safetensors beside adapter_config.json)
+    os.makedirs("peft", exist_ok=True)
+    proc([train, "--init", "in", "--lora-rank", "2", "--save", "peft/adapter_model.safetensors"] + RUN)
+    steps0 = RUN[:RUN.index("--steps")] + ["--steps", "0"] + RUN[RUN.index("--steps") + 2:]
+    proc([train, "--init", "in", "--lora-rank", "2", "--lora-init", "peft", "--save", "again.safetensors"] + steps0)
+    chk.identical("--lora-init of a PEFT adapter directory reads its adapter_model.safetensors",
+                  st_load("again.safetensors"), st_load("peft/adapter_model.safetensors"))
 
     # fsdp-ckpt consolidate CHECKPOINT DIR: the checkpoint as a Hugging Face directory (its config from the
     # checkpoint's metadata), equal to a --save FILE of the same run; a checkpoint of a model that no
