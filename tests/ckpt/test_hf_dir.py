@@ -179,6 +179,12 @@ def main():
         chk.close(f"{n} rank(s): --init DIR (bf16 shards) = --init FILE (fp32, same values), bitwise", a, b, 0, 0)
         losses[n] = a
     chk.close("3 ranks = 1 rank (--init DIR)", losses[3], losses[1], 1e-5, 0)
+    # as save_pretrained writes GPT2LMHeadModel: "transformer."-prefixed names, attention-mask buffers
+    prefixed = {"transformer." + k: v for k, v in w.items()}
+    prefixed.update({f"transformer.h.{i}.attn.bias": np.tril(np.ones((P, P), np.float32)) for i in range(L)})
+    write_hf_dir("in_prefixed", prefixed, n_shards=2)
+    a = parse_losses(proc([train, "--init", "in_prefixed"] + RUN).stdout)
+    chk.close("--init DIR with transformer.-prefixed names and attn.bias buffers: the same losses", a, losses[1], 0, 0)
     check_reads(chk, train)
 
     # --save DIR: fp32 one file, bf16 in shards, against --save FILE of the same run
