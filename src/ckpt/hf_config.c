@@ -295,6 +295,28 @@ static fsdp_status from_json(const json_value *root, const char *path, hf_config
     return validate_impl(c, path, head_dim_given);
 }
 
+fsdp_status hf_config_from_pairs(int n, const char *const *keys, const char *const *values, const char *path,
+                                hf_config *c) {
+    json_value root = {.type = JSON_OBJECT};
+    root.items = calloc((size_t)(n ? n : 1), sizeof *root.items);
+    root.keys = calloc((size_t)(n ? n : 1), sizeof *root.keys);
+    fsdp_status s = root.items && root.keys ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
+    for (int i = 0; s == FSDP_OK && i < n; i++) {
+        json_value *v = &root.items[root.count];
+        if (json_get(&root, keys[i])) continue;  // (a file's metadata has unique keys)
+        root.keys[root.count] = strdup(keys[i]);
+        if (json_parse(values[i], strlen(values[i]), path, "value", v) != FSDP_OK) {  // not JSON: a string
+            v->type = JSON_STRING;
+            v->string = strdup(values[i]);
+        }
+        if (!root.keys[root.count++] || (v->type == JSON_STRING && !v->string))
+            s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
+    }
+    if (s == FSDP_OK) s = from_json(&root, path, c);
+    json_value_free(&root);
+    return s;
+}
+
 fsdp_status hf_config_read(const char *path, hf_config *c) {
     json_value root;
     FSDP_CHECK(json_parse_file(path, "JSON", &root));

@@ -69,6 +69,12 @@ const char *hf_architecture_name(hf_model_type t);
 void hf_config_defaults(hf_model_type t, hf_config *c);
 // Reads and validates path (a config.json file) into *c.
 fsdp_status hf_config_read(const char *path, hf_config *c);
+// The configuration a file's metadata records (cli/model_config.h: string pairs named as config.json's
+// keys, "model_type" among them), read as config.json would be: a value that is JSON text (a number,
+// true, false, null) as that, any other as a string; other keys ignored. path names the file in
+// messages. keys, values: (n,)
+fsdp_status hf_config_from_pairs(int n, const char *const *keys, const char *const *values, const char *path,
+                                hf_config *c);
 // Checks c as hf_config_read does (path names it in messages).
 fsdp_status hf_config_validate(const hf_config *c, const char *path);
 // Writes c as config.json to path ("path.tmp.<pid>" then renamed over it). FSDP_ERR_IO on failure.

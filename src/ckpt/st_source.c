@@ -9,6 +9,7 @@
 #include "core/json_value.h"
 
 #define INDEX_NAME "model.safetensors.index.json"
+#define ADAPTER_NAME "adapter_model.safetensors"  // (shorter than INDEX_NAME: the buffer fits both)
 
 typedef struct {
     const st_entry *e;
@@ -177,7 +178,7 @@ static fsdp_status open_index(st_source *s, const char *index_path) {
     return st;
 }
 
-// A directory: model.safetensors, else the index and its shards.
+// A directory: model.safetensors, else the index and its shards, else PEFT's adapter_model.safetensors.
 static fsdp_status open_dir(st_source *s) {
     size_t cap = strlen(s->path) + sizeof INDEX_NAME + 2;
     char *file = malloc(cap);  // (cap,)
@@ -189,9 +190,14 @@ static fsdp_status open_dir(st_source *s) {
         st = open_single(s, file);
     } else {
         snprintf(file, cap, "%s/%s", s->path, INDEX_NAME);
-        st = stat(file, &sb) == 0 ? open_index(s, file)
-                                  : fsdp_error(FSDP_ERR_MISSING, "%s: no model.safetensors or %s in the directory",
-                                               s->path, INDEX_NAME);
+        if (stat(file, &sb) == 0) {
+            st = open_index(s, file);
+        } else {  // a PEFT adapter directory: its one weights file
+            snprintf(file, cap, "%s/%s", s->path, ADAPTER_NAME);
+            st = stat(file, &sb) == 0 ? open_single(s, file)
+                                      : fsdp_error(FSDP_ERR_MISSING, "%s: no model.safetensors or %s in the directory",
+                                                   s->path, INDEX_NAME);
+        }
     }
     free(file);
     return st;

@@ -10,7 +10,8 @@
 // name that is not a plain file name), a shard file that does not exist, a tensor the index lists in a
 // shard that does not hold it, a tensor present in two shards, a shard tensor the index does not list.
 // When a directory holds both model.safetensors and an index, model.safetensors is read (as
-// transformers' from_pretrained does).
+// transformers' from_pretrained does); a directory with neither but PEFT's adapter_model.safetensors
+// (a LoRA adapter directory) is that file.
 #pragma once
 #include "ckpt/safetensors.h"
 

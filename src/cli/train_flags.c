@@ -76,7 +76,7 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--lora-alpha", ARG_FLOAT, &o->lora.alpha, "LoRA scale numerator: the adapters' output is scaled by alpha / --lora-rank", 0, 1e6, NULL},
         {"--lora-dropout", ARG_FLOAT, &o->lora.dropout, "LoRA: dropout on the adapters' input (training only)", 0, 0.999, NULL},
         {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: GPT-2's c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj (default c_attn); Llama's q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (default q_proj,v_proj: PEFT's)", 1, 0, NULL},
-        {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (PEFT's adapter_model.safetensors layout, base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R]) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
+        {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (a file, or a PEFT adapter directory holding it, in PEFT's adapter_model.safetensors layout: base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R] for GPT-2, base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight ... for Llama) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
         {"--lora-merge-on-save", ARG_BOOL, &o->lora.merge_on_save, "LoRA: --save writes the base weights with the adapters merged in (W + alpha / R x (B A)^T for the Conv1D layout: a plain GPT-2 file) instead of the adapters alone", 1, 0, NULL},
         cli_training_flag(common, "--no-memory-check"),
         cli_training_flag(common, "--config"),

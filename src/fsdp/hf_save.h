@@ -7,7 +7,7 @@
 #include "ckpt/hf_config.h"
 #include "fsdp/fsdp.h"
 
-// Writes the set's parameters as a Hugging Face model directory (ckpt/hf_dir.h): dir/config.json (cfg,
+// Writes the set's parameters as a Hugging Face model directory (ckpt/hf_writer.h): dir/config.json (cfg,
 // with torch_dtype set to the weights' dtype) and dir/model.safetensors, or, when the tensors pass
 // max_shard_bytes (0: no limit), save_pretrained's shards model-00001-of-0000N.safetensors and
 // model.safetensors.index.json. Tensors in the model's parameter order and under their own names, in
