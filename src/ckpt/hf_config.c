@@ -301,13 +301,27 @@ fsdp_status hf_config_from_pairs(int n, const char *const *keys, const char *con
     root.items = calloc((size_t)(n ? n : 1), sizeof *root.items);
     root.keys = calloc((size_t)(n ? n : 1), sizeof *root.keys);
     fsdp_status s = root.items && root.keys ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
+    // fsdp-train's spellings (hf_config_value_text): qkv_bias true is Qwen2's layout; rope_scaling
+    // "llama3:F,L,H,N" is the object config.json holds
+    int qwen2 = 0;
+    for (int i = 0; i < n; i++) qwen2 |= !strcmp(keys[i], "qkv_bias") && !strcmp(values[i], "true");
     for (int i = 0; s == FSDP_OK && i < n; i++) {
         json_value *v = &root.items[root.count];
         if (json_get(&root, keys[i])) continue;  // (a file's metadata has unique keys)
         root.keys[root.count] = strdup(keys[i]);
-        if (json_parse(values[i], strlen(values[i]), path, "value", v) != FSDP_OK) {  // not JSON: a string
+        char text[320];
+        const char *value = values[i];
+        double f = 0, lo = 0, hi = 0;
+        long long orig = 0;
+        if (qwen2 && !strcmp(keys[i], "model_type") && !strcmp(value, "llama")) value = "qwen2";
+        if (!strcmp(keys[i], "rope_scaling") && sscanf(value, "llama3:%lf,%lf,%lf,%lld", &f, &lo, &hi, &orig) == 4) {
+            snprintf(text, sizeof text, "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
+                     "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %lld}", f, lo, hi, orig);
+            value = text;
+        }
+        if (json_parse(value, strlen(value), path, "value", v) != FSDP_OK) {  // not JSON: a string
             v->type = JSON_STRING;
-            v->string = strdup(values[i]);
+            v->string = strdup(value);
         }
         if (!root.keys[root.count++] || (v->type == JSON_STRING && !v->string))
             s = fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", path);
@@ -337,6 +351,10 @@ static int cmp_pair(const void *a, const void *b) { return strcmp(((const out_pa
 
 // The shortest %g text that reads back as x (as Python's repr writes floats), with ".0" on an integer.
 static void put_double(char *buf, size_t cap, double x) {
+    if (x == (double)(int64_t)x && fabs(x) < 1e16) {  // an integer: 10000.0, as repr writes it, not 1e+04
+        snprintf(buf, cap, "%.1f", x);
+        return;
+    }
     for (int prec = 1; prec <= 17; prec++) {
         snprintf(buf, cap, "%.*g", prec, x);
         if (strtod(buf, NULL) == x) break;

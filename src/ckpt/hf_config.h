@@ -71,8 +71,9 @@ void hf_config_defaults(hf_model_type t, hf_config *c);
 fsdp_status hf_config_read(const char *path, hf_config *c);
 // The configuration a file's metadata records (cli/model_config.h: string pairs named as config.json's
 // keys, "model_type" among them), read as config.json would be: a value that is JSON text (a number,
-// true, false, null) as that, any other as a string; other keys ignored. path names the file in
-// messages. keys, values: (n,)
+// true, false, null) as that, any other as a string; other keys ignored, and fsdp-train's two own
+// spellings (hf_config_value_text) read back: qkv_bias true makes a llama model_type qwen2 (its biases),
+// rope_scaling "llama3:F,L,H,N" the llama3 object. path names the file in messages. keys, values: (n,)
 fsdp_status hf_config_from_pairs(int n, const char *const *keys, const char *const *values, const char *path,
                                 hf_config *c);
 // Checks c as hf_config_read does (path names it in messages).
