@@ -301,6 +301,76 @@ static int ids_push(ids_list *l, int32_t id) {
     return 1;
 }
 
+// A candidate merge of the symbol at pos with the next one (checked again when taken: either may have
+// merged since)
+typedef struct {
+    int32_t rank, pos;
+} candidate;
+
+// Min-heap by (rank, pos): the lowest rank first, the leftmost among equal ranks. h: (*n,)
+static void heap_push(candidate *h, size_t *n, candidate c) {
+    size_t i = (*n)++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (h[up].rank < c.rank || (h[up].rank == c.rank && h[up].pos < c.pos)) break;
+        h[i] = h[up], i = up;
+    }
+    h[i] = c;
+}
+
+static candidate heap_pop(candidate *h, size_t *n) {
+    candidate top = h[0], last = h[--*n];
+    size_t i = 0;
+    for (;;) {
+        size_t k = 2 * i + 1;
+        if (k >= *n) break;
+        if (k + 1 < *n && (h[k + 1].rank < h[k].rank || (h[k + 1].rank == h[k].rank && h[k + 1].pos < h[k].pos))) k++;
+        if (last.rank < h[k].rank || (last.rank == h[k].rank && last.pos < h[k].pos)) break;
+        h[i] = h[k], i = k;
+    }
+    if (*n) h[i] = last;
+    return top;
+}
+
+// Merges sym's symbols as the library's BPE does (a priority queue of adjacent pairs by rank, then
+// position; a merge is taken only if the pair is still there), appending the result to out. O(n log n),
+// so a whole unsplit text (Llama 2 has no pre-tokenizer) stays fast.
+static int merge_symbols(const tok_json *j, ids_list *sym, ids_list *out) {
+    size_t n = sym->n;
+    if (n > INT32_MAX / 2) return 0;
+    int32_t *id = sym->v;
+    int32_t *next = malloc(sizeof *next * (n + 1)), *prev = malloc(sizeof *prev * (n + 1));  // (n,) links, -1 at the ends
+    candidate *heap = malloc(sizeof *heap * (3 * n + 1));  // n - 1 at first, at most two more per merge
+    size_t nh = 0;
+    if (!next || !prev || !heap) {
+        free(next), free(prev), free(heap);
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        next[i] = i + 1 < n ? (int32_t)i + 1 : -1, prev[i] = (int32_t)i - 1;
+        int32_t to;
+        int r = i + 1 < n ? tok_merge_find(&j->merges, id[i], id[i + 1], &to) : INT_MAX;
+        if (r != INT_MAX) heap_push(heap, &nh, (candidate){r, (int32_t)i});
+    }
+    while (nh) {
+        candidate c = heap_pop(heap, &nh);
+        int32_t a = c.pos, b = next[a], to;
+        if (id[a] < 0 || b < 0 || tok_merge_find(&j->merges, id[a], id[b], &to) != c.rank) continue;
+        id[a] = to, id[b] = -1;  // b is gone
+        next[a] = next[b];
+        if (next[b] >= 0) prev[next[b]] = a;
+        int r;
+        if (prev[a] >= 0 && (r = tok_merge_find(&j->merges, id[prev[a]], id[a], &to)) != INT_MAX)
+            heap_push(heap, &nh, (candidate){r, prev[a]});
+        if (next[a] >= 0 && (r = tok_merge_find(&j->merges, id[a], id[next[a]], &to)) != INT_MAX)
+            heap_push(heap, &nh, (candidate){r, a});
+    }
+    int ok = 1;
+    for (int32_t i = n ? 0 : -1; ok && i >= 0; i = next[i]) ok = ids_push(out, id[i]);
+    free(next), free(prev), free(heap);
+    return ok;
+}
+
 // The BPE of piece p, appended to out; sym: scratch
 static int bpe_piece(const tok_json *j, const piece *p, ids_list *sym, ids_list *out) {
     sym->n = 0;
@@ -344,25 +414,7 @@ static int bpe_piece(const tok_json *j, const piece *p, ids_list *sym, ids_list 
         at += k;
     }
     if (unk_pending && !ids_push(sym, j->unk)) return 0;
-    size_t n = sym->n;
-    int32_t *s = sym->v;
-    while (n > 1) {  // the lowest rank first, the leftmost among equal ranks, one merge at a time
-        int best = INT_MAX;
-        size_t at = 0;
-        int32_t to = -1;
-        for (size_t i = 0; i + 1 < n; i++) {
-            int32_t m = -1;
-            int r = tok_merge_find(&j->merges, s[i], s[i + 1], &m);
-            if (r < best) best = r, at = i, to = m;
-        }
-        if (best == INT_MAX) break;
-        s[at] = to;
-        memmove(s + at + 1, s + at + 2, sizeof *s * (n - at - 2));
-        n--;
-    }
-    for (size_t i = 0; i < n; i++)
-        if (!ids_push(out, s[i])) return 0;
-    return 1;
+    return merge_symbols(j, sym, out);
 }
 
 // Normalizes, pre-tokenizes and BPE-encodes the text s (n,) between added tokens, appending to out
