@@ -434,7 +434,7 @@ static fsdp_status finish(loader *ld) {
     if (!j->bytes || !j->nbytes || !j->is_special) return nomem(ld);
     for (int a = 0; a < j->nadded; a++) j->is_special[j->added[a].id] = (unsigned char)j->added[a].special;
     for (int b = 0; b < 256; b++) {
-        char sym[8] = {0}, hex[8];
+        char sym[8] = {0}, hex[16];
         json_utf8_put(tok_byte_char(b), sym);
         j->byte_id[b] = tok_str_find(&j->strs, sym, strlen(sym));
         snprintf(hex, sizeof hex, "<0x%02X>", b);

