@@ -229,8 +229,10 @@ static fsdp_status load_normalizer(loader *ld, const json_value *v) {
             free(n.a), free(n.b), tok_regex_free(n.re);
             return nomem(ld);
         }
+    } else if (strcmp(type, "NFC") == 0) {
+        n.kind = NORM_NFC;
     } else {
-        return bad(ld, "normalizer is not supported (null, Prepend, Replace and Sequence are): '", type);
+        return bad(ld, "normalizer is not supported (null, NFC, Prepend, Replace and Sequence are): '", type);
     }
     tj_normalizer *g = realloc(j->norms, sizeof *g * (size_t)(j->nnorms + 1));
     if (!g) {

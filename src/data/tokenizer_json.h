@@ -4,8 +4,8 @@
 //   fuse_unk, ignore_merges (a pre-token that is itself a token stays whole, as Llama 3's);
 //   merges are applied lowest rank first, leftmost first among equal ranks, one at a time (the library's
 //   priority queue). dropout, continuing_subword_prefix and end_of_word_suffix are refused.
-// - normalizers: null, Prepend, Replace (String or Regex pattern), Sequence; NFC (and the others) are
-//   refused by name.
+// - normalizers: null, NFC (Qwen2's: unicode_nfc.h, Unicode 14's tables), Prepend, Replace (String or
+//   Regex pattern), Sequence; the others (NFKC, Lowercase, Precompiled, ...) are refused by name.
 // - pre-tokenizers: ByteLevel (add_prefix_space, use_regex: GPT-2's pattern), Split (Regex or String
 //   pattern; behavior Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous; invert),
 //   Metaspace (replacement, prepend_scheme always/first/never or the older add_prefix_space, split),

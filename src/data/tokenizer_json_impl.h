@@ -8,7 +8,7 @@
 #include "data/tokenizer_common.h"
 #include "data/tokenizer_json.h"
 
-enum { NORM_PREPEND, NORM_REPLACE };
+enum { NORM_PREPEND, NORM_REPLACE, NORM_NFC };
 typedef struct {
     int kind;
     char *a, *b;     // Prepend: a the prefix; Replace: a the String pattern (or NULL: re), b the content

@@ -8,6 +8,7 @@
 #include "core/json.h"
 #include "data/tokenizer_json_impl.h"
 #include "data/unicode_classes.h"
+#include "data/unicode_nfc.h"
 
 // ---- byte strings and lists of them
 
@@ -246,6 +247,30 @@ static int pretokenize(const tj_pretokenizer *t, piece *p, pieces *out) {
 
 // ---- normalizers
 
+// NFC of s (n,) into *out (malloc'd, *out_n); a stray byte stays as it is (a starter that never composes)
+static int nfc(const char *s, size_t n, char **out, size_t *out_n) {
+    uint32_t *cp = malloc(sizeof *cp * (n + 1)), *composed = NULL;
+    size_t count = 0, m = 0;
+    int ok = cp != NULL;
+    for (size_t at = 0; ok && at < n; count++) {
+        size_t k = tok_utf8_get((const unsigned char *)s + at, n - at, &cp[count]);
+        if (cp[count] == UINT32_MAX) cp[count] = 0x110000u + (unsigned char)s[at];  // above Unicode: passed through
+        at += k;
+    }
+    ok = ok && fsdp_unicode_nfc(cp, count, &composed, &m);
+    char *o = ok ? malloc(4 * m + 1) : NULL;
+    size_t k = 0;
+    for (size_t i = 0; o && i < m; i++) {
+        if (composed[i] > 0x10FFFF) o[k++] = (char)(composed[i] - 0x110000u);
+        else k += json_utf8_put(composed[i], o + k);
+    }
+    free(cp), free(composed);
+    if (!o) return 0;
+    o[k] = 0;
+    *out = o, *out_n = k;
+    return 1;
+}
+
 // Runs j's normalizers over *s (*n bytes, malloc'd; replaced)
 static int normalize(const tok_json *j, char **s, size_t *n) {
     for (int i = 0; i < j->nnorms; i++) {
@@ -259,6 +284,8 @@ static int normalize(const tok_json *j, char **s, size_t *n) {
             if (!o) return 0;
             memcpy(o, z->a, k), memcpy(o + k, *s, *n);
             on = *n + k;
+        } else if (z->kind == NORM_NFC) {
+            if (!nfc(*s, *n, &o, &on)) return 0;
         } else if (z->a) {
             if (!replace_all(*s, *n, z->a, z->b, &o, &on)) return 0;
         } else {  // a Regex pattern: every match replaced by the content

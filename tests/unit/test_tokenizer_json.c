@@ -12,6 +12,8 @@
 //   object: "vocab", "ids" (no special tokens), "ids_special" (with them), "decoded" and
 //   "decoded_skip" (hex of decode(ids_special) keeping / skipping special tokens), "decoded_plain" (hex of
 //   decode(ids)), "token_bytes" (hex of each id's bytes in "ids").
+// - With `nfc TEXTFILE` (valid UTF-8): prints its NFC (unicode_nfc.h), for the same test to compare with
+//   Python's unicodedata.
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -21,6 +23,7 @@
 #include "data/data.h"
 #include "data/tok_regex.h"
 #include "data/tokenizer.h"
+#include "data/unicode_nfc.h"
 #include "test.h"
 
 static char dir[256];  // /tmp/fsdp_tokjson_test.<pid>
@@ -249,8 +252,37 @@ static int drive(const char *tokenizer, const char *textfile) {
     return 0;
 }
 
+// The NFC of textfile's code points, written as UTF-8 to stdout
+static int drive_nfc(const char *textfile) {
+    FILE *f = fopen(textfile, "rb");
+    static char text[1 << 23];
+    static uint32_t cp[1 << 23];
+    size_t len = f ? fread(text, 1, sizeof text, f) : 0, n = 0, m = 0;
+    if (f) fclose(f);
+    for (size_t at = 0; at < len; n++) {
+        size_t k = 1;
+        unsigned char c = (unsigned char)text[at];
+        k = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+        cp[n] = k == 1 ? c : c & (0x7F >> k);
+        for (size_t i = 1; i < k && at + i < len; i++) cp[n] = cp[n] << 6 | ((unsigned char)text[at + i] & 0x3F);
+        at += k;
+    }
+    uint32_t *out = NULL;
+    if (!f || !fsdp_unicode_nfc(cp, n, &out, &m)) return 2;
+    for (size_t i = 0; i < m; i++) {
+        uint32_t c = out[i];
+        if (c < 0x80) putchar((int)c);
+        else if (c < 0x800) putchar((int)(0xC0 | c >> 6)), putchar((int)(0x80 | (c & 0x3F)));
+        else if (c < 0x10000) putchar((int)(0xE0 | c >> 12)), putchar((int)(0x80 | (c >> 6 & 0x3F))), putchar((int)(0x80 | (c & 0x3F)));
+        else putchar((int)(0xF0 | c >> 18)), putchar((int)(0x80 | (c >> 12 & 0x3F))), putchar((int)(0x80 | (c >> 6 & 0x3F))), putchar((int)(0x80 | (c & 0x3F)));
+    }
+    free(out);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc == 4 && strcmp(argv[1], "encode") == 0) return drive(argv[2], argv[3]);
+    if (argc == 3 && strcmp(argv[1], "nfc") == 0) return drive_nfc(argv[2]);
     snprintf(dir, sizeof dir, "/tmp/fsdp_tokjson_test.%d", (int)getpid());
     if (mkdir(dir, 0700) != 0) {
         perror(dir);
