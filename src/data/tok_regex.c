@@ -517,11 +517,13 @@ typedef struct {
     size_t cap;
 } backtrack;
 
-// The end of the match of the program from pc at pos, or -1 (-2 when out of memory); base: where this
-// run's part of bt's stack starts
-static long run(const tok_regex *re, backtrack *bt, size_t base, int pc, size_t pos, const uint32_t *cp, size_t n) {
+// The end of the match of the program from pc at pos, or -1 (-2 when out of memory or past *budget
+// steps); base: where this run's part of bt's stack starts
+static long run(const tok_regex *re, backtrack *bt, size_t base, int pc, size_t pos, const uint32_t *cp, size_t n,
+                long *budget) {
     size_t top = base;
     for (;;) {
+        if (--*budget < 0) return -2;
         const instr *in = &re->prog[pc];
         int fail = 0;
         switch (in->op) {
@@ -544,7 +546,7 @@ static long run(const tok_regex *re, backtrack *bt, size_t base, int pc, size_t 
             pc = in->x;
             break;
         case OP_LOOK: {
-            long r = run(re, bt, top, pc + 1, pos, cp, n);
+            long r = run(re, bt, top, pc + 1, pos, cp, n, budget);
             if (r == -2) return -2;
             fail = (r >= 0) == in->x;
             pc = in->y;
@@ -562,9 +564,15 @@ static long run(const tok_regex *re, backtrack *bt, size_t base, int pc, size_t 
 
 int tok_regex_find(const tok_regex *re, const uint32_t *cp, size_t n, size_t from, size_t *start, size_t *end) {
     backtrack bt = {NULL, 0};
+    // the family patterns take a few steps per character they match; a pattern that backtracks far more
+    // (nested quantifiers) is stopped instead of running for hours
+    long budget = 1000000 + 64 * (long)(n - from);
     for (size_t i = from; i < n; i++) {
-        long e = run(re, &bt, 0, 0, i, cp, n);
-        if (e == -2) break;
+        long e = run(re, &bt, 0, 0, i, cp, n, &budget);
+        if (e == -2) {
+            free(bt.stack);
+            return -1;
+        }
         if (e > (long)i) {
             free(bt.stack);
             *start = i, *end = (size_t)e;

@@ -21,5 +21,7 @@ fsdp_status tok_regex_compile(const char *pattern, const char *where, tok_regex 
 void tok_regex_free(tok_regex *re);  // NULL is fine
 
 // The leftmost match in cp[from..n) (cp: (n,) code points), leftmost-first among alternatives: 1 with
-// [*start, *end) (empty matches are skipped), or 0 when there is none (also when out of memory).
+// [*start, *end) (empty matches are skipped), 0 when there is none, -1 when out of memory or past the
+// step budget (10^6 + 64 per character left: the supported families' patterns need a few per
+// character; nested quantifiers can backtrack exponentially).
 int tok_regex_find(const tok_regex *re, const uint32_t *cp, size_t n, size_t from, size_t *start, size_t *end);

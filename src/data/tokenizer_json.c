@@ -430,6 +430,12 @@ static fsdp_status finish(loader *ld) {
     for (int i = 0; i < j->vocab; i++)
         if (j->token[i]) top = i + 1;
     j->vocab = top;
+    for (int i = 0; i < j->nbefore + j->nafter; i++) {
+        int32_t id = i < j->nbefore ? j->before[i] : j->after[i - j->nbefore];
+        if (id >= top || !j->token[id])
+            return fsdp_error(FSDP_ERR_FORMAT, "%s: post_processor: id %d is no token of the vocabulary or added_tokens",
+                              ld->path, (int)id);
+    }
     j->bytes = calloc((size_t)(top ? top : 1), sizeof *j->bytes);
     j->nbytes = calloc((size_t)(top ? top : 1), sizeof *j->nbytes);
     j->is_special = calloc((size_t)(top ? top : 1), 1);

@@ -176,11 +176,12 @@ static int regex_spans(const tok_regex *re, const piece *p, spans *m) {
     uint32_t *cp;
     size_t *off, count, prev = 0, at = 0, s, e;
     if (!decode_utf8(p->p, p->n, &cp, &off, &count)) return 0;
-    int ok = 1;
-    while (ok && tok_regex_find(re, cp, count, at, &s, &e)) {
+    int ok = 1, found = 0;
+    while (ok && (found = tok_regex_find(re, cp, count, at, &s, &e)) == 1) {
         ok = spans_match(m, &prev, off[s], off[e]);
         at = e;
     }
+    if (found < 0) ok = 0;
     if (ok && prev < p->n) ok = spans_push(m, prev, p->n, 0);
     free(cp), free(off);
     return ok;
@@ -511,7 +512,8 @@ fsdp_status tok_json_encode(const tok_json *j, const char *text, size_t len, int
     free(sym.v);
     if (!ok || !ids_push(&out, 0)) {  // (the extra slot keeps an empty encoding non-NULL)
         free(out.v);
-        return fsdp_error(FSDP_ERR_NOMEM, "out of memory encoding %zu bytes of text", len);
+        return fsdp_error(FSDP_ERR_NOMEM, "encoding %zu bytes of text: out of memory, or a tokenizer.json regex "
+                          "backtracking past its step budget", len);
     }
     *ids = out.v;
     *n = out.n - 1;

@@ -2,12 +2,13 @@
 // Split pre-tokenizers (data/tok_regex.h).
 // - With no arguments, the unit checks: the regex engine against matches worked out by hand (Llama 3's
 //   pattern: contractions under (?i:...), letters after one non-letter, digits in threes, the lookahead
-//   leaving a run's last space); patterns outside what it supports are one-line errors naming the
-//   pattern; a small SentencePiece-style tokenizer.json encodes a text to the ids worked out by hand
-//   (Prepend + Replace, merges, byte fallback, <s> added by TemplateProcessing) and decodes back; a
-//   vocabulary over 65,536 ids (an added token) writes llm.c's uint32 token cache (magic 20240801,
-//   version 7), which data.h reads back; malformed files, an unknown model type, an unsupported
-//   normalizer and an unsupported regex are one-line errors naming the file.
+//   leaving a run's last space; U+017F under (?i:'s)); a pattern that backtracks exponentially stops at
+//   the step budget; patterns outside what it supports are one-line errors naming the pattern; a small
+//   SentencePiece-style tokenizer.json encodes a text to the ids worked out by hand (Prepend + Replace,
+//   merges, byte fallback, <s> added by TemplateProcessing) and decodes back; a vocabulary over 65,536
+//   ids (an added token) writes llm.c's uint32 token cache (magic 20240801, version 7), which data.h
+//   reads back; malformed files, an unknown model type, an unsupported normalizer, an unsupported regex
+//   and a post-processor id that is no token are one-line errors naming the file.
 // - With `encode TOKENIZER TEXTFILE`, the driver of tests/train/test_hf_tokenizers.py: prints one JSON
 //   object: "vocab", "ids" (no special tokens), "ids_special" (with them), "decoded" and
 //   "decoded_skip" (hex of decode(ids_special) keeping / skipping special tokens), "decoded_plain" (hex of
@@ -38,7 +39,7 @@ static void split_text(const tok_regex *re, const char *text, char *out, size_t 
     size_t n = strlen(text), at = 0, s, e, k = 0;
     for (size_t i = 0; i < n; i++) cp[i] = (unsigned char)text[i];
     out[0] = 0;
-    while (tok_regex_find(re, cp, n, at, &s, &e)) {
+    while (tok_regex_find(re, cp, n, at, &s, &e) == 1) {
         k += (size_t)snprintf(out + k, cap - k, "%s%.*s", k ? "|" : "", (int)(e - s), text + s);
         at = e;
     }
@@ -65,6 +66,17 @@ static void test_regex(void) {
     if (re) {
         split_text(re, "aaab abcd", out, sizeof out);
         CHECK(strcmp(out, "aaab|abc") == 0);
+    }
+    tok_regex_free(re);
+    // nested quantifiers that backtrack exponentially stop at the step budget (-1), not hours later
+    CHECK_EQ_INT(tok_regex_compile("(a|aa)+b", "test", &re), FSDP_OK);
+    if (re) {
+        uint32_t as[64];
+        size_t s = 0, e = 0;
+        for (int i = 0; i < 64; i++) as[i] = 'a';
+        CHECK_EQ_INT(tok_regex_find(re, as, 64, 0, &s, &e), -1);
+        as[63] = 'b';
+        CHECK_EQ_INT(tok_regex_find(re, as + 50, 14, 0, &s, &e), 1);
     }
     tok_regex_free(re);
     const char *bad[] = {"\\w+", "(?<=a)b", "a++", "^a", "\\p{Lu}", "(a", "[a", "(a*)*"};
@@ -198,10 +210,12 @@ static void check_bad(const char *name, const char *json, const char *what) {
 static void test_bad(void) {
     check_bad("trunc.json", "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0", "invalid JSON");
     check_bad("wordpiece.json", "{\"model\":{\"type\":\"WordPiece\",\"vocab\":{}}}", "model type is not supported (only BPE): 'WordPiece'");
-    check_bad("nfc.json", "{\"normalizer\":{\"type\":\"NFC\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "normalizer is not supported");
+    check_bad("nfkc.json", "{\"normalizer\":{\"type\":\"NFKC\"},\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "normalizer is not supported");
     check_bad("regex.json", "{\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"Regex\":\"(?<=x)\\\\w+\"},\"behavior\":\"Isolated\"},"
               "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "unsupported regex '(?<=x)\\w+'");
     check_bad("merge.json", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":1},\"merges\":[\"a b\"]}}", "model.merges[0]: the token it makes is not in model.vocab");
+    check_bad("post.json", "{\"post_processor\":{\"type\":\"RobertaProcessing\",\"cls\":[\"a\",5],\"sep\":[\"a\",0]},"
+              "\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0},\"merges\":[]}}", "post_processor: id 5 is no token");
     check_bad("dup.json", "{\"model\":{\"type\":\"BPE\",\"vocab\":{\"a\":0,\"b\":0},\"merges\":[]}}", "one id to two tokens");
 }
 
