@@ -12,7 +12,7 @@
 //   Digits (individual_digits), Sequence. ByteLevel must come last: pieces stay raw bytes until the model
 //   maps them to the byte alphabet.
 // - added_tokens: matched in the raw text before anything else, leftmost, longest first (lstrip/rstrip
-//   take the white space beside them; single_word is refused); the text between them is normalized and
+//   take the (Unicode) white space beside them; single_word is refused); the text between them is normalized and
 //   pre-tokenized on its own.
 // - post_processor: TemplateProcessing (its "single" template), RobertaProcessing, BertProcessing,
 //   ByteLevel (adds nothing), Sequence: the ids before and after $A when special tokens are asked for.

@@ -470,10 +470,26 @@ static int encode_segment(const tok_json *j, const char *s, size_t n, int at_sta
     return ok;
 }
 
-static int is_ascii_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+// The length of the white-space character (Unicode's) ending at s[end] (exclusive), not before floor,
+// or 0
+static size_t space_before(const char *s, size_t floor, size_t end) {
+    if (end <= floor) return 0;
+    size_t b = end - 1;
+    while (b > floor && end - b < 4 && ((unsigned char)s[b] & 0xC0) == 0x80) b--;  // back over continuation bytes
+    uint32_t cp;
+    size_t k = tok_utf8_get((const unsigned char *)s + b, end - b, &cp);
+    return b + k == end && cp != UINT32_MAX && fsdp_unicode_is_space(cp) ? k : 0;
+}
+
+// The length of the white-space character starting at s[at] (n bytes in all), or 0
+static size_t space_at(const char *s, size_t n, size_t at) {
+    uint32_t cp;
+    size_t k = tok_utf8_get((const unsigned char *)s + at, n - at, &cp);
+    return cp != UINT32_MAX && fsdp_unicode_is_space(cp) ? k : 0;
+}
 
 // The first added token in s[from..n): 1 with its index *which and its extent [*ms, *me) (lstrip and
-// rstrip widen it over ASCII white space, not before floor), or 0
+// rstrip widen it over white space, not before floor), or 0
 static int find_added(const tok_json *j, const char *s, size_t n, size_t from, size_t floor, int *which, size_t *ms,
                       size_t *me) {
     for (size_t i = from; i < n; i++) {
@@ -481,9 +497,9 @@ static int find_added(const tok_json *j, const char *s, size_t n, size_t from, s
         for (int a = 0; a < j->nadded; a++) {
             const tj_added *t = &j->added[a];
             if (t->len > n - i || memcmp(s + i, t->content, t->len) != 0) continue;
-            size_t b = i, e = i + t->len;
-            while (t->lstrip && b > floor && is_ascii_space(s[b - 1])) b--;
-            while (t->rstrip && e < n && is_ascii_space(s[e])) e++;
+            size_t b = i, e = i + t->len, k;
+            while (t->lstrip && (k = space_before(s, floor, b)) > 0) b -= k;
+            while (t->rstrip && e < n && (k = space_at(s, n, e)) > 0) e += k;
             *which = a, *ms = b, *me = e;
             return 1;
         }

@@ -386,7 +386,7 @@ def main():
     texts_path = os.path.join(work, "texts.json")
     with open(texts_path, "w") as f:  # (the training text too: one long piece for Llama 2's BPE)
         json.dump(TEXTS + [TRAIN, TEXTS[0] + "<|begin_of_text|>x<|end_of_text|><tool> <tool>y<|endoftext|><|im_start|>",
-                           "<s>hi</s> <s> a<mask> b <mask>c", "<|im_start|>user\nhi<|im_end|>"], f)
+                           "<s>hi</s> <s> a<mask> b <mask>c \u3000\u00a0<mask>\u2003d", "<|im_start|>user\nhi<|im_end|>"], f)
     with open(texts_path) as f:
         texts = json.load(f)
     paths = {}
