@@ -23,22 +23,22 @@ static fsdp_status bad(const loader *ld, const char *what, const char *detail) {
 
 static fsdp_status nomem(const loader *ld) { return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", ld->path); }
 
-static const char *type_of(const json_value *v) { return json_tree_str(json_tree_get(v, "type")); }
+static const char *type_of(const json_node *v) { return json_tree_str(json_tree_get(v, "type")); }
 
 // A boolean member (absent or null: dflt); *out. A member of another type is an error naming it.
-static fsdp_status get_bool(const loader *ld, const json_value *v, const char *key, int dflt, int *out) {
-    const json_value *m = json_tree_get(v, key);
+static fsdp_status get_bool(const loader *ld, const json_node *v, const char *key, int dflt, int *out) {
+    const json_node *m = json_tree_get(v, key);
     *out = dflt;
-    if (!m || m->type == JSON_NULL) return FSDP_OK;
-    if (m->type != JSON_TRUE && m->type != JSON_FALSE)
+    if (!m || m->type == JT_NULL) return FSDP_OK;
+    if (m->type != JT_TRUE && m->type != JT_FALSE)
         return fsdp_error(FSDP_ERR_FORMAT, "%s: '%s' must be true or false", ld->path, key);
-    *out = m->type == JSON_TRUE;
+    *out = m->type == JT_TRUE;
     return FSDP_OK;
 }
 
 // A non-negative integer below MAX_VOCAB (a token id or count), or -1
-static int64_t get_id(const json_value *v) {
-    if (!v || v->type != JSON_NUMBER || v->number < 0 || v->number >= MAX_VOCAB || v->number != (double)(int64_t)v->number)
+static int64_t get_id(const json_node *v) {
+    if (!v || v->type != JT_NUMBER || v->number < 0 || v->number >= MAX_VOCAB || v->number != (double)(int64_t)v->number)
         return -1;
     return (int64_t)v->number;
 }
@@ -70,7 +70,7 @@ static fsdp_status set_token(loader *ld, int64_t id, const char *s) {
 }
 
 // "String": a literal (compiled as a regex of escaped characters) or "Regex"
-static fsdp_status compile_pattern(loader *ld, const json_value *pattern, const char *what, tok_regex **re) {
+static fsdp_status compile_pattern(loader *ld, const json_node *pattern, const char *what, tok_regex **re) {
     const char *lit = json_tree_str(json_tree_get(pattern, "String"));
     const char *rx = json_tree_str(json_tree_get(pattern, "Regex"));
     if (!lit && !rx) return bad(ld, what, ": its pattern must be {\"String\": ...} or {\"Regex\": ...}");
@@ -94,16 +94,16 @@ static fsdp_status compile_pattern(loader *ld, const json_value *pattern, const 
 
 // ---- model
 
-static fsdp_status load_model(loader *ld, const json_value *model) {
+static fsdp_status load_model(loader *ld, const json_node *model) {
     tok_json *j = ld->j;
     const char *type = type_of(model);
-    if (!model || model->type != JSON_OBJECT) return bad(ld, "no \"model\" object", NULL);
+    if (!model || model->type != JT_OBJECT) return bad(ld, "no \"model\" object", NULL);
     if (type && strcmp(type, "BPE") != 0) return bad(ld, "model type is not supported (only BPE): '", type);
-    const json_value *vocab = json_tree_get(model, "vocab"), *merges = json_tree_get(model, "merges");
-    if (!vocab || vocab->type != JSON_OBJECT) return bad(ld, "model.vocab must be an object (token -> id)", NULL);
-    if (!merges || merges->type != JSON_ARRAY) return bad(ld, "model.merges must be an array", NULL);
-    const json_value *dropout = json_tree_get(model, "dropout");
-    if (dropout && dropout->type != JSON_NULL && !(dropout->type == JSON_NUMBER && dropout->number == 0))
+    const json_node *vocab = json_tree_get(model, "vocab"), *merges = json_tree_get(model, "merges");
+    if (!vocab || vocab->type != JT_OBJECT) return bad(ld, "model.vocab must be an object (token -> id)", NULL);
+    if (!merges || merges->type != JT_ARRAY) return bad(ld, "model.merges must be an array", NULL);
+    const json_node *dropout = json_tree_get(model, "dropout");
+    if (dropout && dropout->type != JT_NULL && !(dropout->type == JT_NUMBER && dropout->number == 0))
         return bad(ld, "model.dropout is not supported (encoding would be random)", NULL);
     const char *fixes[2] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
@@ -130,14 +130,14 @@ static fsdp_status load_model(loader *ld, const json_value *model) {
     char *joined = NULL;
     fsdp_status s = FSDP_OK;
     for (size_t i = 0; i < merges->count && s == FSDP_OK; i++) {
-        const json_value *m = &merges->items[i];
+        const json_node *m = &merges->items[i];
         const char *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
-        if (m->type == JSON_STRING) {  // "a b"
+        if (m->type == JT_STRING) {  // "a b"
             const char *sp = strchr(m->str, ' ');
             if (sp && !strchr(sp + 1, ' ')) a = m->str, na = (size_t)(sp - m->str), b = sp + 1, nb = strlen(b);
-        } else if (m->type == JSON_ARRAY && m->count == 2 && m->items[0].type == JSON_STRING &&
-                   m->items[1].type == JSON_STRING) {  // ["a", "b"]
+        } else if (m->type == JT_ARRAY && m->count == 2 && m->items[0].type == JT_STRING &&
+                   m->items[1].type == JT_STRING) {  // ["a", "b"]
             a = m->items[0].str, na = strlen(a), b = m->items[1].str, nb = strlen(b);
         }
         char what[64];
@@ -164,14 +164,14 @@ static fsdp_status load_model(loader *ld, const json_value *model) {
     return s;
 }
 
-static fsdp_status load_added(loader *ld, const json_value *list) {
+static fsdp_status load_added(loader *ld, const json_node *list) {
     tok_json *j = ld->j;
-    if (!list || list->type == JSON_NULL) return FSDP_OK;
-    if (list->type != JSON_ARRAY) return bad(ld, "added_tokens must be an array", NULL);
+    if (!list || list->type == JT_NULL) return FSDP_OK;
+    if (list->type != JT_ARRAY) return bad(ld, "added_tokens must be an array", NULL);
     j->added = calloc(list->count ? list->count : 1, sizeof *j->added);
     if (!j->added) return nomem(ld);
     for (size_t i = 0; i < list->count; i++) {
-        const json_value *a = &list->items[i];
+        const json_node *a = &list->items[i];
         const char *content = json_tree_str(json_tree_get(a, "content"));
         int64_t id = get_id(json_tree_get(a, "id"));
         if (!content || !*content || id < 0) return bad(ld, "added_tokens: an entry without a content string or an integer id", NULL);
@@ -199,14 +199,14 @@ static fsdp_status load_added(loader *ld, const json_value *list) {
 
 // ---- normalizers, pre-tokenizers, decoders, post-processor
 
-static fsdp_status load_normalizer(loader *ld, const json_value *v) {
+static fsdp_status load_normalizer(loader *ld, const json_node *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JSON_NULL) return FSDP_OK;
+    if (!v || v->type == JT_NULL) return FSDP_OK;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a normalizer without a type", NULL);
     if (strcmp(type, "Sequence") == 0) {
-        const json_value *list = json_tree_get(v, "normalizers");
-        if (!list || list->type != JSON_ARRAY) return bad(ld, "normalizer Sequence without a normalizers array", NULL);
+        const json_node *list = json_tree_get(v, "normalizers");
+        if (!list || list->type != JT_ARRAY) return bad(ld, "normalizer Sequence without a normalizers array", NULL);
         for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_normalizer(ld, &list->items[i]));
         return FSDP_OK;
     }
@@ -217,7 +217,7 @@ static fsdp_status load_normalizer(loader *ld, const json_value *v) {
         n.kind = NORM_PREPEND, n.a = dup_str(p);
         if (!n.a) return nomem(ld);
     } else if (strcmp(type, "Replace") == 0) {
-        const json_value *pattern = json_tree_get(v, "pattern");
+        const json_node *pattern = json_tree_get(v, "pattern");
         const char *lit = json_tree_str(json_tree_get(pattern, "String"));
         const char *content = json_tree_str(json_tree_get(v, "content"));
         if (!content) return bad(ld, "normalizer Replace without a content string", NULL);
@@ -245,7 +245,7 @@ static fsdp_status load_normalizer(loader *ld, const json_value *v) {
 }
 
 // The replacement character (one code point) of a Metaspace at v into out (5,)
-static fsdp_status metaspace_fields(loader *ld, const json_value *v, char *out, int *scheme) {
+static fsdp_status metaspace_fields(loader *ld, const json_node *v, char *out, int *scheme) {
     const char *r = json_tree_str(json_tree_get(v, "replacement"));
     uint32_t cp;
     if (!r || !*r || tok_utf8_get((const unsigned char *)r, strlen(r), &cp) != strlen(r))
@@ -262,14 +262,14 @@ static fsdp_status metaspace_fields(loader *ld, const json_value *v, char *out, 
     return FSDP_OK;
 }
 
-static fsdp_status load_pretokenizer(loader *ld, const json_value *v) {
+static fsdp_status load_pretokenizer(loader *ld, const json_node *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JSON_NULL) return FSDP_OK;
+    if (!v || v->type == JT_NULL) return FSDP_OK;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a pre_tokenizer without a type", NULL);
     if (strcmp(type, "Sequence") == 0) {
-        const json_value *list = json_tree_get(v, "pretokenizers");
-        if (!list || list->type != JSON_ARRAY) return bad(ld, "pre_tokenizer Sequence without a pretokenizers array", NULL);
+        const json_node *list = json_tree_get(v, "pretokenizers");
+        if (!list || list->type != JT_ARRAY) return bad(ld, "pre_tokenizer Sequence without a pretokenizers array", NULL);
         for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_pretokenizer(ld, &list->items[i]));
         return FSDP_OK;
     }
@@ -312,15 +312,15 @@ static fsdp_status load_pretokenizer(loader *ld, const json_value *v) {
     return FSDP_OK;
 }
 
-static fsdp_status load_decoder(loader *ld, const json_value *v) {
+static fsdp_status load_decoder(loader *ld, const json_node *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JSON_NULL) return FSDP_OK;
+    if (!v || v->type == JT_NULL) return FSDP_OK;
     j->has_decoder = 1;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a decoder without a type", NULL);
     if (strcmp(type, "Sequence") == 0) {
-        const json_value *list = json_tree_get(v, "decoders");
-        if (!list || list->type != JSON_ARRAY) return bad(ld, "decoder Sequence without a decoders array", NULL);
+        const json_node *list = json_tree_get(v, "decoders");
+        if (!list || list->type != JT_ARRAY) return bad(ld, "decoder Sequence without a decoders array", NULL);
         for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_decoder(ld, &list->items[i]));
         return FSDP_OK;
     }
@@ -372,22 +372,22 @@ static fsdp_status push_id(loader *ld, int32_t **list, int *n, int64_t id) {
 }
 
 // ["<s>", 1] of RobertaProcessing / BertProcessing
-static fsdp_status pair_id(loader *ld, const json_value *v, const char *key, int64_t *id) {
-    const json_value *p = json_tree_get(v, key);
-    *id = p && p->type == JSON_ARRAY && p->count == 2 ? get_id(&p->items[1]) : -1;
+static fsdp_status pair_id(loader *ld, const json_node *v, const char *key, int64_t *id) {
+    const json_node *p = json_tree_get(v, key);
+    *id = p && p->type == JT_ARRAY && p->count == 2 ? get_id(&p->items[1]) : -1;
     if (*id < 0) return bad(ld, "post_processor: expected [token, id] for ", key);
     return FSDP_OK;
 }
 
-static fsdp_status load_post(loader *ld, const json_value *v) {
+static fsdp_status load_post(loader *ld, const json_node *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JSON_NULL) return FSDP_OK;
+    if (!v || v->type == JT_NULL) return FSDP_OK;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a post_processor without a type", NULL);
     if (strcmp(type, "ByteLevel") == 0) return FSDP_OK;  // offsets only
     if (strcmp(type, "Sequence") == 0) {
-        const json_value *list = json_tree_get(v, "processors");
-        if (!list || list->type != JSON_ARRAY) return bad(ld, "post_processor Sequence without a processors array", NULL);
+        const json_node *list = json_tree_get(v, "processors");
+        if (!list || list->type != JT_ARRAY) return bad(ld, "post_processor Sequence without a processors array", NULL);
         for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_post(ld, &list->items[i]));
         return FSDP_OK;
     }
@@ -400,19 +400,19 @@ static fsdp_status load_post(loader *ld, const json_value *v) {
     }
     if (strcmp(type, "TemplateProcessing") != 0)
         return bad(ld, "post_processor is not supported (TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel and Sequence are): '", type);
-    const json_value *single = json_tree_get(v, "single"), *specials = json_tree_get(v, "special_tokens");
-    if (!single || single->type != JSON_ARRAY) return bad(ld, "post_processor TemplateProcessing without a single template", NULL);
+    const json_node *single = json_tree_get(v, "single"), *specials = json_tree_get(v, "special_tokens");
+    if (!single || single->type != JT_ARRAY) return bad(ld, "post_processor TemplateProcessing without a single template", NULL);
     int seen_a = 0;
     for (size_t i = 0; i < single->count; i++) {
-        const json_value *piece = &single->items[i];
+        const json_node *piece = &single->items[i];
         if (json_tree_get(piece, "Sequence")) {
             seen_a = 1;
             continue;
         }
         const char *name = json_tree_str(json_tree_get(json_tree_get(piece, "SpecialToken"), "id"));
         if (!name) return bad(ld, "post_processor TemplateProcessing: a piece that is neither Sequence nor SpecialToken", NULL);
-        const json_value *ids = json_tree_get(json_tree_get(specials, name), "ids");
-        if (!ids || ids->type != JSON_ARRAY) return bad(ld, "post_processor TemplateProcessing: special_tokens has no ids for '", name);
+        const json_node *ids = json_tree_get(json_tree_get(specials, name), "ids");
+        if (!ids || ids->type != JT_ARRAY) return bad(ld, "post_processor TemplateProcessing: special_tokens has no ids for '", name);
         for (size_t k = 0; k < ids->count; k++) {
             int64_t id = get_id(&ids->items[k]);
             if (id < 0) return bad(ld, "post_processor TemplateProcessing: a bad id for '", name);
@@ -464,12 +464,12 @@ static fsdp_status finish(loader *ld) {
 
 fsdp_status tok_json_load(const char *path, const char *text, size_t len, tok_json **out) {
     *out = NULL;
-    json_value *root = NULL;
+    json_node *root = NULL;
     FSDP_CHECK(json_tree_parse(text, len, path, &root));
     tok_json *j = calloc(1, sizeof *j);
     loader ld = {path, j};
     fsdp_status s = j && tok_str_init(&j->strs) ? FSDP_OK : nomem(&ld);
-    if (s == FSDP_OK && root->type != JSON_OBJECT) s = bad(&ld, "not a JSON object", NULL);
+    if (s == FSDP_OK && root->type != JT_OBJECT) s = bad(&ld, "not a JSON object", NULL);
     if (s == FSDP_OK) s = load_model(&ld, json_tree_get(root, "model"));
     if (s == FSDP_OK) s = load_added(&ld, json_tree_get(root, "added_tokens"));
     if (s == FSDP_OK) s = load_normalizer(&ld, json_tree_get(root, "normalizer"));
