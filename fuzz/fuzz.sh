@@ -5,11 +5,11 @@
 #                                       fuzz/corpus/TARGET (new inputs go to DIR/corpus/TARGET, crashing
 #                                       inputs to DIR/artifacts/); prints the executions run
 #   fuzz/fuzz.sh all DIR SECONDS        run every target in turn
-# Targets: safetensors ckpt_marker data_bin cli_flags. Exits 77 (ctest's "skipped") when no clang with
-# libFuzzer is found (Debian: clang-14 libclang-rt-14-dev; FUZZ_CC overrides the compiler).
+# Targets: safetensors ckpt_marker data_bin cli_flags tokenizer_json. Exits 77 (ctest's "skipped") when
+# no clang with libFuzzer is found (Debian: clang-14 libclang-rt-14-dev; FUZZ_CC overrides the compiler).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-targets=(safetensors ckpt_marker data_bin cli_flags)
+targets=(safetensors ckpt_marker data_bin cli_flags tokenizer_json)
 mode="${1:-}" dir="${2:-}"
 [ -n "$mode" ] && [ -n "$dir" ] || { sed -n '2,9p' "$0" >&2; exit 2; }
 mkdir -p "$dir"

@@ -50,7 +50,7 @@ int train_flags(train_options *o, cli_arg *args) {
         cli_training_flag(common, "--clip-grad-norm"),
         cli_training_flag(common, "--seed"),
         {"--data", ARG_STRING, &o->data_path, "training data: byte-level text, or llm.c .bin tokens (default: built-in corpus)", 1, 0, NULL},
-        {"--tokenizer", ARG_STRING, &o->tokenizer_dir, "GPT-2 byte-level BPE: a directory with Hugging Face's vocab.json and merges.txt; text --data/--val-data are encoded with it (cached as FILE.<hash>.bin beside them), --prompt is encoded and the sample decoded through it; --vocab defaults to its size", 1, 0, NULL},
+        {"--tokenizer", ARG_STRING, &o->tokenizer_dir, "a Hugging Face tokenizer: a tokenizer.json file, or a directory with tokenizer.json (Llama 3, Qwen2, SmolLM, Llama 2, Mistral, GPT-2: BPE, byte-level or SentencePiece-style) or GPT-2's vocab.json and merges.txt; text --data/--val-data are encoded with it, without special tokens (cached as FILE.<hash>.bin beside them: uint32 tokens above 65,536 ids), --prompt is encoded and the sample decoded through it; --vocab defaults to its size (added tokens included)", 1, 0, NULL},
         {"--val-data", ARG_STRING, &o->val_path, "validation data for --eval-every (an error without it); without --val-data, --eval-every holds out the last 10% of --data", 1, 0, NULL},
         {"--eval-every", ARG_INT, &o->eval_every, "evaluate every N steps and after the last; logged as val (0: never)", 0, 1e9, NULL},
         {"--eval-batches", ARG_INT, &o->eval_batches, "validation micro-batches per evaluation (0: none, with --eval-only)", 0, 1e6, NULL},

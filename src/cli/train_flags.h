@@ -27,7 +27,7 @@ typedef struct {
     cli_fsdp_options fsdp;  // the FSDP flags shared with fsdp-minimal
     train_lora_options lora;  // --lora-* (train_lora.h)
     float min_lr, dropout;
-    const char *tokenizer_dir;  // --tokenizer: GPT-2 BPE files (data/tokenizer.h)
+    const char *tokenizer_dir;  // --tokenizer: tokenizer.json or GPT-2 BPE files (data/tokenizer.h)
     const char *data_path, *val_path, *input_path;
     const char *jsonl_path, *plot_path, *trace_path;
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)

@@ -1,5 +1,5 @@
 // data.c: token data sets (llm.c .bin files, byte-level text, a built-in corpus) and the batch
-// formula shared by every rank. Whole files are read into malloc'd memory as uint16 tokens.
+// formula shared by every rank. Whole files are read into malloc'd memory as uint32 tokens.
 #include "data/data.h"
 
 #include <errno.h>
@@ -8,14 +8,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#define BIN_MAGIC 20240520
+#define BIN_MAGIC 20240520            // llm.c's GPT-2 files: version 1, uint16 tokens
 #define BIN_VERSION 1
+#define BIN_MAGIC_U32 20240801        // llm.c's Llama 3 files (dev/data/data_common.py): version 7, uint32
+#define BIN_VERSION_U32 7
 #define BIN_HEADER_BYTES 1024        // 256 int32
 #define CORPUS_BYTES (1 << 20)       // the built-in corpus: exactly 1 MiB of text
 #define CORPUS_NAME "built-in corpus"
 
 struct fsdp_data {
-    uint16_t *tok;  // tok: (n,)
+    uint32_t *tok;  // tok: (n,)
     int64_t n;
     int vocab;
     char *name;     // the path, or CORPUS_NAME
@@ -128,7 +130,7 @@ static void put_sentence(corpus_builder *b) {
 
 // Generates exactly CORPUS_BYTES of text: paragraphs of 2-6 sentences separated by blank lines.
 // bytes: (CORPUS_BYTES,)
-static fsdp_status build_corpus(uint16_t *bytes) {
+static fsdp_status build_corpus(uint32_t *bytes) {
     corpus_builder b = {malloc(CORPUS_BYTES + 4096), 0, CORPUS_BYTES + 4096, 0x5eedc0de2024ULL};
     if (!b.buf) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", CORPUS_NAME);
     while (b.len < CORPUS_BYTES) {
@@ -171,35 +173,42 @@ static fsdp_status load_bin(FILE *fp, const char *path, int64_t size, fsdp_data 
                           "%d-byte header", path, (long long)size, BIN_HEADER_BYTES);
     FSDP_CHECK(read_exact(fp, path, header, sizeof header));
     int32_t magic = le32(header), version = le32(header + 4), count = le32(header + 8);
-    if (magic != BIN_MAGIC)
-        return fsdp_error(FSDP_ERR_FORMAT, "%s: bad magic %d, expected %d (not an llm.c token file)", path,
-                          (int)magic, BIN_MAGIC);
-    if (version != BIN_VERSION)
-        return fsdp_error(FSDP_ERR_FORMAT, "%s: unsupported version %d, expected %d", path, (int)version,
-                          BIN_VERSION);
+    if (magic != BIN_MAGIC && magic != BIN_MAGIC_U32)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: bad magic %d, expected %d (uint16 tokens) or %d (uint32 tokens) (not "
+                          "an llm.c token file)", path, (int)magic, BIN_MAGIC, BIN_MAGIC_U32);
+    int wide = magic == BIN_MAGIC_U32, want_version = wide ? BIN_VERSION_U32 : BIN_VERSION;
+    if (version != want_version)
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: unsupported version %d, expected %d with magic %d", path, (int)version,
+                          want_version, (int)magic);
     if (count < 0) return fsdp_error(FSDP_ERR_FORMAT, "%s: negative token count %d", path, (int)count);
-    int64_t want = BIN_HEADER_BYTES + 2 * (int64_t)count;
+    int64_t width = wide ? 4 : 2, want = BIN_HEADER_BYTES + width * (int64_t)count;
     if (size != want)
         return fsdp_error(FSDP_ERR_FORMAT, "%s: size mismatch: file has %lld bytes, but the header's %d tokens "
                           "need %lld", path, (long long)size, (int)count, (long long)want);
     d->n = count;
-    d->tok = malloc((size_t)count * sizeof(uint16_t) + 1);
+    d->tok = malloc((size_t)count * sizeof(uint32_t) + 1);
     if (!d->tok) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for %d tokens", path, (int)count);
-    FSDP_CHECK(read_exact(fp, path, d->tok, (size_t)count * sizeof(uint16_t)));
-    int maxtok = 0;
+    // read into the array's top part, then widen from the front (stored little-endian)
+    unsigned char *raw = (unsigned char *)d->tok + (size_t)count * (size_t)(4 - width);
+    FSDP_CHECK(read_exact(fp, path, raw, (size_t)count * (size_t)width));
+    uint32_t maxtok = 0;
     for (int64_t i = 0; i < d->n; i++) {
-        const unsigned char *p = (const unsigned char *)&d->tok[i];  // stored little-endian
-        d->tok[i] = (uint16_t)(p[0] | p[1] << 8);
-        if (d->tok[i] > maxtok) maxtok = d->tok[i];
+        const unsigned char *p = raw + i * width;
+        uint32_t v = wide ? (uint32_t)le32(p) : (uint32_t)(p[0] | p[1] << 8);
+        d->tok[i] = v;
+        if (v > maxtok) maxtok = v;
     }
-    d->vocab = maxtok + 1;
+    if (maxtok >= (1u << 24))
+        return fsdp_error(FSDP_ERR_FORMAT, "%s: token id %u is too large (ids must be below 16777216)", path,
+                          (unsigned)maxtok);
+    d->vocab = (int)maxtok + 1;
     return FSDP_OK;
 }
 
 // Loads a byte-level text file (fp open at the start, `size` bytes) into d.
 static fsdp_status load_text(FILE *fp, const char *path, int64_t size, fsdp_data *d) {
     unsigned char *bytes = malloc((size_t)size + 1);  // bytes: (size,)
-    d->tok = malloc((size_t)size * sizeof(uint16_t) + 1);
+    d->tok = malloc((size_t)size * sizeof(uint32_t) + 1);
     if (!bytes || !d->tok) {
         free(bytes);
         return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for %lld bytes", path, (long long)size);
@@ -262,7 +271,7 @@ static fsdp_status open_impl(const char *path, const void *bytes, size_t len, in
     } else if (path) {
         s = load_file(path, d);
     } else {
-        d->tok = malloc(CORPUS_BYTES * sizeof(uint16_t));
+        d->tok = malloc(CORPUS_BYTES * sizeof(uint32_t));
         d->n = CORPUS_BYTES;
         d->vocab = 256;
         s = d->tok ? build_corpus(d->tok) : fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", name);
@@ -301,13 +310,13 @@ fsdp_status fsdp_data_split_tail(fsdp_data *d, int percent, int T, fsdp_data **t
                           "tokens in each part (seq + 1)", d->name, (long long)d->n, percent, T + 1);
     fsdp_data *t = calloc(1, sizeof *t);
     size_t name_len = strlen(d->name) + 16;
-    if (t) t->tok = malloc(sizeof(uint16_t) * (size_t)held);  // (held,)
+    if (t) t->tok = malloc(sizeof(uint32_t) * (size_t)held);  // (held,)
     if (t) t->name = malloc(name_len);
     if (!t || !t->tok || !t->name) {
         fsdp_data_close(t);
         return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory for the held-out split", d->name);
     }
-    memcpy(t->tok, d->tok + (d->n - held), sizeof(uint16_t) * (size_t)held);
+    memcpy(t->tok, d->tok + (d->n - held), sizeof(uint32_t) * (size_t)held);
     t->n = held;
     t->vocab = d->vocab;
     snprintf(t->name, name_len, "%s (last %d%%)", d->name, percent);
@@ -336,7 +345,7 @@ void fsdp_data_batch(const fsdp_data *d, int64_t step, int micro, int micro_step
         int64_t pos = (w + ((int64_t)i * T) % n) % n;
         int32_t *row_idx = idx + (size_t)i * T, *row_tgt = targets + (size_t)i * T;  // (T,) each
         for (int j = 0; j <= T; j++) {
-            int32_t tok = d->tok[pos];
+            int32_t tok = (int32_t)d->tok[pos];
             if (j < T) row_idx[j] = tok;
             if (j > 0) row_tgt[j - 1] = tok;
             if (++pos == n) pos = 0;

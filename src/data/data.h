@@ -3,7 +3,7 @@
 // (step, micro-step, rank), so N ranks with batch B see together exactly what one process with batch
 // N*B sees.
 //
-// Files are read fully into memory (plain malloc; the data sets here are a few MB) and kept as uint16
+// Files are read fully into memory (plain malloc; the data sets here are a few MB) and kept as uint32
 // tokens; nothing is mapped and the file is closed when fsdp_data_open returns.
 #pragma once
 #include <stddef.h>
@@ -14,9 +14,10 @@
 typedef struct fsdp_data fsdp_data;  // opaque
 
 // Opens a dataset for sequence length T (> 0).
-// - path ending in ".bin": an llm.c token file: a header of 256 little-endian int32 ([0] magic 20240520,
-//   [1] version 1, [2] number of tokens), then that many little-endian uint16 tokens; the file size must
-//   be exactly 1024 + 2 * count.
+// - path ending in ".bin": an llm.c token file: a header of 256 little-endian int32 ([0] magic, [1]
+//   version, [2] number of tokens), then that many little-endian tokens: magic 20240520 version 1 for
+//   uint16 tokens (GPT-2's files), magic 20240801 version 7 for uint32 tokens (llm.c's Llama 3 files,
+//   dev/data/data_common.py); the file size must be exactly 1024 + 2 (or 4) * count, ids below 2^24.
 // - any other path: byte-level text (tokens are the bytes 0..255).
 // - path == NULL: the built-in corpus (1 MiB of English-like text generated deterministically).
 // The data must hold at least T + 1 tokens. On failure *out is NULL and the message names the file

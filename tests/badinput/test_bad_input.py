@@ -510,6 +510,31 @@ def train_cases(s, rng):
         f.write(b"abc")
     s.bad(f"{b}: --data file too short for --seq {TR_SEQ}", b, data_flags + ["--data", short],
           [short, W_TOO_SHORT])
+    # llm.c's uint32 token file (magic 20240801, version 7) with an id past --vocab
+    wide = s.fix("wide_tokens.bin")
+    toks = [1, 2, 3, 70000] + list(range(40))
+    with open(wide, "wb") as f:
+        f.write(struct.pack("<256i", 20240801, 7, len(toks), *([0] * 253)) + struct.pack(f"<{len(toks)}I", *toks))
+    s.bad(f"{b}: --data uint32 token id 70000 >= --vocab 256", b, data_flags + ["--data", wide],
+          [wide, "--vocab", "70001"])
+
+    # --tokenizer with a bad tokenizer.json (a directory holding it, or the file itself)
+    bad_tokenizers = {
+        "malformed": ('{"model": {"type": "BPE", "vocab": {"a": 0', "invalid JSON"),
+        "an unknown model type": ('{"model": {"type": "Unigram", "vocab": []}}', "model type is not supported"),
+        "an unsupported regex": ('{"pre_tokenizer": {"type": "Split", "pattern": {"Regex": "\\\\p{Lu}+"}, "behavior": "Isolated"}, '
+                  '"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []}}', "unsupported regex"),
+    }
+    for i, (what, (text, needle)) in enumerate(bad_tokenizers.items()):
+        d = s.fix(f"bad_tokenizer_{i}")
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, "tokenizer.json")
+        with open(path, "w") as f:
+            f.write(text)
+        s.bad(f"{b}: --tokenizer DIR, its tokenizer.json: {what}", b, data_flags + ["--tokenizer", d],
+              [path, needle])
+        s.bad(f"{b}: --tokenizer FILE, a tokenizer.json: {what}", b, data_flags + ["--tokenizer", path],
+              [path, needle])
 
     flag_cases(s, b, TR_FLAGS, targets, minimal=False)
 

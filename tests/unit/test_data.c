@@ -222,6 +222,53 @@ static void test_builtin(void) {
     fsdp_data_close(b);
 }
 
+// Writes llm.c's uint32 token file (magic 20240801, version 7 unless told) of tok (ntok,)
+static void write_bin_u32(const char *path, int32_t magic, int32_t version, const uint32_t *tok, size_t ntok) {
+    size_t bytes = 1024 + 4 * ntok;
+    unsigned char *buf = calloc(1, bytes);
+    int32_t h[3] = {magic, version, (int32_t)ntok};
+    for (int k = 0; k < 3; k++)
+        for (int b = 0; b < 4; b++) buf[4 * k + b] = (unsigned char)((uint32_t)h[k] >> (8 * b));
+    for (size_t i = 0; i < ntok; i++)
+        for (int b = 0; b < 4; b++) buf[1024 + 4 * i + b] = (unsigned char)(tok[i] >> (8 * b));
+    test_write_bytes(path, buf, bytes);
+    free(buf);
+}
+
+// llm.c's Llama 3 layout: uint32 ids above 65535 come back exactly; the vocabulary is max id + 1; a
+// wrong version, a size for uint16 tokens and an id of 2^24 or more are one-line errors
+static void test_bin_u32(void) {
+    char path[512];
+    enum { NT = 40 };
+    uint32_t tok[NT];
+    for (int i = 0; i < NT; i++) tok[i] = (uint32_t)(i * 3203 + 65530) % 128256u;
+    write_bin_u32(tmp_path(path, "llama.bin"), 20240801, 7, tok, NT);
+    fsdp_data *d = NULL;
+    CHECK_EQ_INT(fsdp_data_open(path, NT - 1, &d), FSDP_OK);
+    if (d) {
+        uint32_t top = 0;
+        for (int i = 0; i < NT; i++) top = tok[i] > top ? tok[i] : top;
+        CHECK_EQ_INT(fsdp_data_tokens(d), NT);
+        CHECK_EQ_INT(fsdp_data_vocab(d), (long long)top + 1);
+        CHECK(top > 65535);
+        int32_t idx[NT - 1], tgt[NT - 1];
+        fsdp_data_batch(d, 0, 0, 1, 0, 1, 1, NT - 1, idx, tgt);
+        for (int i = 0; i < NT - 1; i++) {
+            CHECK_EQ_INT(idx[i], tok[i]);
+            CHECK_EQ_INT(tgt[i], tok[i + 1]);
+        }
+        fsdp_data_close(d);
+    }
+    write_bin_u32(path, 20240801, 1, tok, NT);
+    check_bad(path, 8, "unsupported version 1, expected 7");
+    write_bin_u32(path, 20240520, 1, tok, NT);  // uint16's magic over 4-byte tokens
+    check_bad(path, 8, "size mismatch");
+    tok[5] = 1u << 24;
+    write_bin_u32(path, 20240801, 7, tok, NT);
+    check_bad(path, 8, "token id 16777216 is too large");
+    unlink(path);
+}
+
 static void test_bad_inputs(void) {
     char path[512];
     uint16_t tok[64];
@@ -274,6 +321,7 @@ int main(void) {
         return 1;
     }
     test_bin();
+    test_bin_u32();
     test_text();
     test_split();
     test_builtin();
