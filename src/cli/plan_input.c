@@ -125,8 +125,7 @@ static int plan_trainable(const char *prog, const train_options *t, const char *
             for (int b = 0; b < in->layers; b++) all &= plan_linear(&blocks[b], k)->weight->frozen;
             if (all) in->skip_dw |= 1 << k;
         }
-        // the LM head: GPT-2's tied wte, Llama's lm_head (embed_tokens when tied)
-        const nn_param *head = !is_lm ? NULL : in->llama ? lm.llama.lm_head : nn_lm_embedding(&lm);
+        const nn_param *head = is_lm ? nn_lm_head(&lm) : NULL;  // the LM head's weight (none in the encoder stack)
         if (head && head->frozen) in->skip_dw |= FSDP_PLAN_SKIP_HEAD;
         in->lora_skip = 0;
         for (int k = 0; k < n_linear && in->lora_rank > 0; k++) {  // an adapter's A (B) frozen in every block: no dA (dB)
