@@ -4,7 +4,8 @@
 # BIN_DIR: the tools and tests of a CUDA build (default: build a fresh one in build-cuda/); OUT_DIR
 # (default out/gpu-check): summary.txt and one log per step. Steps:
 #   1. the gpu-labelled tests: every CUDA kernel against the CPU kernel on the same inputs
-#   2. fsdp-train on the GPU against the CPU, fp32 and bf16 (losses and gradient norms per step)
+#   2. fsdp-train on the GPU against the CPU, fp32 and bf16 (losses and gradient norms per step), GPT-2
+#      and the Llama family
 #   3. 2 ranks on the one GPU (collectives staged through host memory) against 1 rank
 #   N. NCCL (--comm nccl; docs/cuda.md, "NCCL"): the library loaded and its version; test_cuda_nccl on 2
 #      ranks (one GPU: the "share GPU" error, then a NCCL_HOSTID per rank); 1 rank through NCCL against
@@ -92,6 +93,14 @@ compare train_fp32_dropout_gpu_vs_cpu "$out/cpu_f32_drop.jsonl" "$out/gpu_f32_dr
 train "$out/cpu_bf16.jsonl" --device cpu --batch 4 --mixed-precision bf16
 train "$out/gpu_bf16.jsonl" --device cuda --batch 4 --mixed-precision bf16
 compare train_bf16_gpu_vs_cpu "$out/cpu_bf16.jsonl" "$out/gpu_bf16.jsonl" 2e-2
+# the Llama family (rmsnorm, rope, swiglu, grouped-query planar attention on the GPU)
+LLAMA=(--arch llama --kv-heads 2 --d-ff 192)
+train "$out/cpu_llama_f32.jsonl" --device cpu --batch 4 "${LLAMA[@]}"
+train "$out/gpu_llama_f32.jsonl" --device cuda --batch 4 "${LLAMA[@]}"
+compare train_llama_fp32_gpu_vs_cpu "$out/cpu_llama_f32.jsonl" "$out/gpu_llama_f32.jsonl" 1e-4
+train "$out/cpu_llama_bf16.jsonl" --device cpu --batch 4 --mixed-precision bf16 "${LLAMA[@]}"
+train "$out/gpu_llama_bf16.jsonl" --device cuda --batch 4 --mixed-precision bf16 "${LLAMA[@]}"
+compare train_llama_bf16_gpu_vs_cpu "$out/cpu_llama_bf16.jsonl" "$out/gpu_llama_bf16.jsonl" 2e-2
 train "$out/gpu_np2.jsonl" -np 2 --device cuda --batch 2
 train "$out/gpu_np1.jsonl" --device cuda --batch 4
 compare two_ranks_one_gpu_vs_one_rank "$out/gpu_np1.jsonl" "$out/gpu_np2.jsonl" 1e-5

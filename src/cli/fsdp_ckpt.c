@@ -3,7 +3,8 @@
 //                                            configuration and settings the run recorded
 //   fsdp-ckpt verify DIR                     completion marker and every shard's CRC-32
 //   fsdp-ckpt consolidate DIR OUT.safetensors    sharded -> one full state dict (PyTorch names),
-//                                            streaming: memory about one tensor
+//                                            streaming: memory about one tensor; OUT without .safetensors:
+//                                            a Hugging Face model directory (ckpt/hf_writer.h)
 //   fsdp-ckpt reshard DIR OUT_DIR --world-size M  rewrite for M ranks (each tensor split evenly)
 //   fsdp-ckpt convert DIR OUT_DIR --dtype bf16    rewrite with bf16 tensors (loads back as fp32; an export:
 //                                            --resume refuses it without --allow-lowp-resume)
@@ -23,6 +24,9 @@
 
 #include "ckpt/ckpt_output.h"
 #include "ckpt/crc32.h"
+#include "ckpt/hf_config.h"
+#include "ckpt/hf_dir.h"
+#include "ckpt/hf_writer.h"
 #include "ckpt/safetensors.h"
 #include "core/path_canon.h"
 #include "fsdp/fsdp.h"
@@ -145,18 +149,27 @@ static int param_names(const ckpt *c, const char **names, int cap) {
     return n;
 }
 
+// The shape the index records for parameter `name`. shape: (8,)
+static fsdp_status tensor_shape(const ckpt *c, const char *name, int *ndim, int64_t *shape) {
+    char key[512];
+    snprintf(key, sizeof key, "shape.%s", name);
+    const st_entry *e = st_find(c->index, key);
+    int64_t d1[1] = {e ? e->shape[0] : 0};
+    int32_t sh[8] = {0};
+    if (d1[0] > 8) return fsdp_error(FSDP_ERR_FORMAT, "%s: %s has %lld dimensions", c->dir, key, (long long)d1[0]);
+    FSDP_CHECK(st_read_i32(c->index, key, sh, 1, d1));
+    *ndim = (int)d1[0];
+    for (int d = 0; d < *ndim; d++) shape[d] = sh[d];
+    return FSDP_OK;
+}
+
 // A whole tensor (a parameter, or with prefix its exp_avg/exp_avg_sq) as fp32. out: (numel,) malloc'ed
 static fsdp_status read_tensor(ckpt *c, const char *prefix, const char *name, float **out, int *ndim,
                                int64_t *shape, int64_t *numel) {
     char key[512];
-    snprintf(key, sizeof key, "shape.%s", name);
-    const st_entry *se = st_find(c->index, key);
-    int64_t d1[1] = {se ? se->shape[0] : 0};
-    int32_t sh[8] = {0};
-    FSDP_CHECK(st_read_i32(c->index, key, sh, 1, d1));
-    *ndim = (int)d1[0];
+    FSDP_CHECK(tensor_shape(c, name, ndim, shape));
     *numel = 1;
-    for (int d = 0; d < *ndim; d++) *numel *= (shape[d] = sh[d]);
+    for (int d = 0; d < *ndim; d++) *numel *= shape[d];
     snprintf(key, sizeof key, "pieces.%s", name);
     const st_entry *pe = st_find(c->index, key);
     if (!pe || pe->ndim != 2) return fsdp_error(FSDP_ERR_FORMAT, "%s: no pieces for '%s'", c->dir, name);
@@ -354,6 +367,51 @@ static int refuse(const char *cmd) {
     return 2;
 }
 
+// consolidate DIR OUT_DIR: the checkpoint as a Hugging Face model directory (fp32, shards of 5 GB), its
+// config.json from the model configuration the checkpoint records. c: open.
+static int consolidate_hf(ckpt *c, const char *dir, const char *out) {
+    int nm = st_metadata_count(c->index), n = 0;
+    const char **keys = calloc((size_t)nm + 1, sizeof *keys), **values = calloc((size_t)nm + 1, sizeof *values);
+    const char *names[4096];
+    hf_config cfg;
+    fsdp_status st = keys && values ? FSDP_OK : fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    for (int i = 0; i < nm; i++) keys[i] = st_metadata_at(c->index, i, &values[i]);
+    if (st == FSDP_OK && !st_metadata(c->index, "model_type"))
+        st = fsdp_error(FSDP_ERR_INVALID_ARG, "%s records no model configuration (model_type): a Hugging Face "
+                        "directory needs its config.json; OUT.safetensors writes one file", dir);
+    if (st == FSDP_OK) st = hf_config_from_pairs(nm, keys, values, dir, &cfg);
+    hf_writer *w = st == FSDP_OK ? hf_writer_new(out, ST_F32, HF_DEFAULT_SHARD_BYTES) : NULL;
+    if (st == FSDP_OK && !w) st = FSDP_ERR_NOMEM;
+    for (int i = 0; i < nm && st == FSDP_OK; i++)
+        if (!layout_key(keys[i])) st = hf_writer_add_metadata(w, keys[i], values[i]);
+    if (st == FSDP_OK) n = param_names(c, names, 4096);
+    for (int i = 0; i < n && st == FSDP_OK; i++) {  // every tensor's name and shape
+        int64_t shape[8];
+        int ndim = 0;
+        st = tensor_shape(c, names[i], &ndim, shape);
+        if (st == FSDP_OK) st = hf_writer_add(w, names[i], ndim, shape);
+    }
+    if (st == FSDP_OK) st = hf_writer_begin(w);
+    for (int i = 0; i < n && st == FSDP_OK; i++) {  // data: one tensor in memory at a time
+        float *t = NULL;
+        int ndim;
+        int64_t shape[8], numel;
+        st = read_tensor(c, "", names[i], &t, &ndim, shape, &numel);
+        if (st == FSDP_OK) st = st_writer_stream_data(hf_writer_stream(w, i), t, sizeof(float) * (size_t)numel);
+        free(t);
+    }
+    int files = w ? hf_writer_file_count(w) : 0;
+    if (st == FSDP_OK) st = hf_writer_commit(w, &cfg);  // (frees w)
+    else hf_writer_free(w);
+    free(keys);
+    free(values);
+    ckpt_close(c);
+    if (st == FSDP_ERR_INVALID_ARG || st == FSDP_ERR_FORMAT) return refuse("consolidate");  // (exit 2)
+    if (st != FSDP_OK) return fail();
+    printf("%s: %d tensors consolidated from %s into %d file(s) + config.json\n", out, n, dir, files);
+    return 0;
+}
+
 static int cmd_consolidate(const char *dir, const char *out) {
     ckpt c;
     if (ckpt_open(dir, &c) != FSDP_OK) {
@@ -364,18 +422,17 @@ static int cmd_consolidate(const char *dir, const char *out) {
         ckpt_close(&c);
         return refuse("consolidate");
     }
+    size_t len = strlen(out);
+    if (len < 12 || strcmp(out + len - 12, ".safetensors") != 0) return consolidate_hf(&c, dir, out);
     const char *names[4096];
     int n = param_names(&c, names, 4096);
     st_writer *w = st_writer_new_stream(out);
     fsdp_status st = w ? copy_model_metadata(c.index, w) : FSDP_ERR_NOMEM;
     for (int i = 0; i < n && st == FSDP_OK; i++) {  // header: every tensor's name and shape
-        char key[512];
-        snprintf(key, sizeof key, "shape.%s", names[i]);
-        int64_t d1[1] = {st_find(c.index, key)->shape[0]}, sh64[8];
-        int32_t sh[8];
-        st = st_read_i32(c.index, key, sh, 1, d1);
-        for (int d = 0; d < d1[0]; d++) sh64[d] = sh[d];
-        if (st == FSDP_OK) st = st_writer_add(w, names[i], ST_F32, (int)d1[0], sh64, NULL);
+        int64_t shape[8];
+        int ndim = 0;
+        st = tensor_shape(&c, names[i], &ndim, shape);
+        if (st == FSDP_OK) st = st_writer_add(w, names[i], ST_F32, ndim, shape, NULL);
     }
     if (st == FSDP_OK) st = st_writer_stream_begin(w);
     for (int i = 0; i < n && st == FSDP_OK; i++) {  // data: one tensor in memory at a time
@@ -636,7 +693,7 @@ static int cmd_rewrite(const char *cmd, const char *dir, const char *out, int wo
 }
 
 static int usage(void) {
-    fprintf(stderr, "usage: %s info DIR|FILE | verify DIR | consolidate DIR OUT.safetensors |\n"
+    fprintf(stderr, "usage: %s info DIR|FILE | verify DIR | consolidate DIR OUT.safetensors|OUT_DIR |\n"
                     "       reshard DIR OUT_DIR --world-size M | convert DIR OUT_DIR --dtype bf16|fp32\n", prog);
     return 2;
 }
@@ -657,7 +714,11 @@ static const struct {
     {"info", "DIR|FILE.safetensors", "Prints a checkpoint's or file's layout, tensor names, shapes and dtypes, world size, step,\n"
                                      "and the model configuration and settings the run recorded."},
     {"verify", "DIR", "Checks the completion marker DONE and every shard's CRC-32."},
-    {"consolidate", "DIR OUT.safetensors", "Writes one full state dict with PyTorch names (streaming: memory about one tensor).\n"
+    {"consolidate", "DIR OUT.safetensors|OUT_DIR", "Writes one full state dict with PyTorch names (streaming: memory about one tensor).\n"
+                                           "An OUT not ending in .safetensors is a Hugging Face model directory: config.json (from\n"
+                                           "the model configuration the checkpoint records) and model.safetensors, or 5 GB shards\n"
+                                           "and model.safetensors.index.json, fp32; an existing OUT is replaced only when it holds\n"
+                                           "just such files.\n"
                                            OUTPUT_RULE},
     {"reshard", "DIR OUT_DIR --world-size M", "Rewrites the checkpoint for M ranks (each tensor split evenly).\n"
                                               OUTPUT_RULE "\n" OUTPUT_DIR_RULE "\n\n"
@@ -688,6 +749,7 @@ int main(int argc, char **argv) {
                "  info DIR|FILE.safetensors         layout, names, shapes, dtypes, world size, step, config, settings\n"
                "  verify DIR                        completion marker and every shard's CRC-32\n"
                "  consolidate DIR OUT.safetensors   one full state dict with PyTorch names (streaming)\n"
+               "  consolidate DIR OUT_DIR           the same as a Hugging Face model directory\n"
                "  reshard DIR OUT_DIR --world-size M   rewrite the checkpoint for M ranks\n"
                "  convert DIR OUT_DIR --dtype bf16|fp32 rewrite with bf16 (or fp32) tensors\n", prog);
         return 0;

@@ -162,15 +162,18 @@ int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc 
     }
     nn_sequential_set_checkpointing(desc.blocks, o->activation_checkpointing);
     char report[1200] = "";
-    fsdp_status st = fsdp_wrap(out, desc, cfg, world);
+    fsdp_status st = fsdp_wrap(out, desc, cfg, world), load = FSDP_OK;
     if (st == FSDP_OK) st = fsdp_init_params(*out, seed);
     if (st == FSDP_OK && init_path)
-        st = fsdp_load_params(*out, init_path, alt_prefix, !o->init_nonstrict, report, sizeof report);
+        st = load = fsdp_load_params(*out, init_path, alt_prefix, !o->init_nonstrict, report, sizeof report);
     if (st != FSDP_OK) {
         fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
         fsdp_free_state(*out);
         *out = NULL;
-        return 1;
+        // an --init that does not fit the model (a tensor missing, of another shape or dtype, a malformed
+        // file) is bad input: exit 2, as the flags' errors
+        return load == FSDP_ERR_MISSING || load == FSDP_ERR_SHAPE || load == FSDP_ERR_DTYPE ||
+               load == FSDP_ERR_FORMAT || load == FSDP_ERR_INVALID_ARG ? 2 : 1;
     }
     if (report[0] && fsdp_comm_rank(world) == 0) fprintf(stderr, "%s: note: %s\n", prog, report);
     return 0;

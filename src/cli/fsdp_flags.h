@@ -44,8 +44,9 @@ int cli_fsdp_check_flags(const char *prog, const cli_fsdp_options *o, int rank);
 
 // Sets activation checkpointing on the model's blocks, wraps it, fills the shards (deterministic init,
 // then --init when given: strict unless --init-nonstrict, whose report rank 0 prints). Returns 0, 2
-// after a one-line error about a flag (a --freeze glob that matches nothing; rank 0 prints), or 1 after
-// printing a one-line error.
+// after a one-line error about a flag (a --freeze glob that matches nothing; rank 0 prints) or about an
+// --init that does not fit the model (a tensor missing or unexpected, of another shape or dtype, a
+// malformed file: every rank prints), or 1 after printing a one-line error.
 int cli_fsdp_build(const char *prog, const cli_fsdp_options *o, fsdp_model_desc desc, fsdp_config cfg,
                    fsdp_comm *world, uint64_t seed, const char *init_path, const char *alt_prefix,
                    fsdp_state **out);

@@ -24,6 +24,7 @@
 #include "cli/train_ckpt.h"
 #include "cli/train_lineage.h"
 #include "cli/train_flags.h"
+#include "cli/train_hf.h"
 #include "cli/train_log.h"
 #include "cli/train_loop.h"
 #include "cli/train_sample.h"
@@ -87,7 +88,7 @@ static fsdp_status read_loss(const nn_ctx *ctx, const nn_lm *model, double *loss
 // --save: the weights, or with adapters what train_lora_save writes.
 static fsdp_status save_weights(const train_options *o, fsdp_state *fs, const nn_lm *model, int rank) {
     if (o->lora.rank > 0) return train_lora_save("fsdp-train", &o->lora, fs, model, o->training.save_path, rank);
-    return cli_save_weights("fsdp-train", fs, o->training.save_path, rank);
+    return train_hf_save_weights("fsdp-train", o, fs, rank);
 }
 
 static int fail(const char *msg) {
@@ -191,7 +192,8 @@ static int prepare_run(train_options *o, fsdp_comm *world, fsdp_config *fcfg) {
     const cli_output_path outputs[] = {
         {"--ckpt-dir", o->eval_only ? NULL : o->fsdp.ckpt.dir, CLI_OUT_DIR_CREATE},  // --eval-only: only read
         {"--offload-dir", o->fsdp.offload_dir, CLI_OUT_DIR_EVERY_RANK},
-        {"--save", o->training.save_path, CLI_OUT_FILE}, {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
+        {"--save", o->training.save_path, train_hf_save_kind(o->training.save_path)},
+        {"--dump-grads", o->training.dump_grads_path, CLI_OUT_FILE},
         {"--log-jsonl", o->jsonl_path, CLI_OUT_FILE}, {"--trace", o->trace_path, CLI_OUT_FILE},
         {"--plot", o->plot_path, CLI_OUT_FILE}};
     if (cli_check_output_paths("fsdp-train", outputs, (int)(sizeof outputs / sizeof *outputs), world)) return 2;

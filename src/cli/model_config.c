@@ -4,10 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "ckpt/ckpt_dir.h"
+#include "ckpt/hf_config.h"
+#include "ckpt/hf_dir.h"
 #include "ckpt/safetensors.h"
+#include "core/json_value.h"
 
 static const cli_arg *find_flag(const cli_model_config *c, const char *flag) {
     for (int i = 0; i < c->nargs; i++)
@@ -15,15 +19,30 @@ static const cli_arg *find_flag(const cli_model_config *c, const char *flag) {
     return NULL;
 }
 
-static int check_and_take(const cli_model_config *c, const st_file *f, const char *path) {
-    const char *kind = st_metadata(f, "model_type");
-    if (strcmp(kind, c->model_type) != 0) {
+// Where a configuration is read from: a safetensors file's metadata, or a Hugging Face config.json.
+typedef struct {
+    const st_file *file;      // or NULL
+    const hf_config *hf;      // or NULL
+    char text[64];            // the last value asked of hf
+} config_source;
+
+// The value the source records for key, or NULL.
+static const char *recorded_value(config_source *src, const char *key) {
+    if (src->file) return st_metadata(src->file, key);
+    return hf_config_value_text(src->hf, key, src->text, sizeof src->text) ? src->text : NULL;
+}
+
+static int check_and_take(const cli_model_config *c, config_source *src, const char *path) {
+    const char *kind = recorded_value(src, "model_type");
+    // a config.json of the Llama family (llama, mistral, qwen2: one architecture) builds a "llama" model
+    int family = src->hf && !strcmp(c->model_type, "llama") && src->hf->model_type != HF_GPT2;
+    if (strcmp(kind, c->model_type) != 0 && !family) {
         fprintf(stderr, "%s: %s records model_type %s; this tool builds %s\n", c->prog, path, kind, c->model_type);
         return -1;
     }
     for (int i = 0; i < c->n_fields; i++) {
         const cli_arg *a = find_flag(c, c->fields[i].flag);
-        const char *recorded = st_metadata(f, c->fields[i].key);
+        const char *recorded = recorded_value(src, c->fields[i].key);
         if (!a || !recorded) continue;
         char have[64];
         cli_value_text(a, have, sizeof have);
@@ -41,13 +60,29 @@ static int check_and_take(const cli_model_config *c, const st_file *f, const cha
     return 0;
 }
 
+// A Hugging Face model directory: its config.json.
+static int config_from_hf_dir(const cli_model_config *c, const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%.4000s/%s", dir, HF_CONFIG_NAME);
+    hf_config hf;
+    if (hf_config_read(path, &hf) != FSDP_OK) {
+        fprintf(stderr, "%s: %s\n", c->prog, fsdp_last_error());
+        return -1;
+    }
+    config_source src = {NULL, &hf, ""};
+    return check_and_take(c, &src, path);
+}
+
 int cli_config_from_file(const cli_model_config *c, const char *path) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) return config_from_hf_dir(c, path);
     st_file *f = NULL;
     if (st_open(path, &f) != FSDP_OK) {
         fprintf(stderr, "%s: %s\n", c->prog, fsdp_last_error());
         return -1;
     }
-    int rc = st_metadata(f, "model_type") ? check_and_take(c, f, path) : 0;
+    config_source src = {f, NULL, ""};
+    int rc = st_metadata(f, "model_type") ? check_and_take(c, &src, path) : 0;
     st_close(f);
     return rc;
 }
@@ -99,6 +134,15 @@ int cli_config_from_inputs(const cli_model_config *c, const char *init_path, con
 
 // the model_type path records into type (cap,), "" when none
 static fsdp_status recorded_type(const char *path, char *type, size_t cap) {
+    struct stat sb;
+    if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {  // a Hugging Face directory: its config.json's
+        char json[4200];
+        snprintf(json, sizeof json, "%.4000s/%s", path, HF_CONFIG_NAME);
+        hf_config hf;
+        FSDP_CHECK(hf_config_read(json, &hf));
+        snprintf(type, cap, "%s", hf_model_type_name(hf.model_type));
+        return FSDP_OK;
+    }
     st_file *f = NULL;
     FSDP_CHECK(st_open(path, &f));
     const char *kind = st_metadata(f, "model_type");
@@ -163,29 +207,18 @@ void cli_config_print(const cli_model_config *c, FILE *f) {
     fprintf(f, "\n");
 }
 
-// value as a JSON string (quotes, backslashes and control characters escaped)
-static void json_string(FILE *f, const char *value) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)value; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 void cli_config_write_json(const cli_model_config *c, FILE *f) {
     fprintf(f, "{\"config\": {\"model_type\": ");
-    json_string(f, c->model_type);
+    json_write_string(f, c->model_type);
     for (int i = 0; i < c->nargs; i++) {
         const cli_arg *a = &c->args[i];
         char value[256];
         int set = cli_value_text(a, value, sizeof value);
         fprintf(f, ", ");
-        json_string(f, a->name + 2);
+        json_write_string(f, a->name + 2);
         fprintf(f, ": ");
         if (!set) fprintf(f, "null");
-        else if (a->type == ARG_STRING || a->type == ARG_CHOICE || a->type == ARG_LIST) json_string(f, value);
+        else if (a->type == ARG_STRING || a->type == ARG_CHOICE || a->type == ARG_LIST) json_write_string(f, value);
         else if (a->type == ARG_FLOAT && !strpbrk(value, "0123456789")) fprintf(f, "null");  // inf, nan
         else fprintf(f, "%s", value);  // an int, a float, true or false
     }

@@ -31,7 +31,10 @@ typedef struct {
 // the flag was given explicitly with another value, which prints one line naming the flag, the given
 // value and the file's, and returns -1. A file recording another model_type, or a value that does not
 // parse, is an error too. A file without "model_type" (Hugging Face's own, older checkpoints) changes
-// nothing. Returns 0 otherwise.
+// nothing. Returns 0 otherwise. A path that is a directory is a Hugging Face model directory: its
+// config.json (ckpt/hf_config.h; an invalid one is an error) is read the same way, its keys named as
+// the fields name them (GPT-2's n_layer, n_embd, ...: the same names the metadata uses); a tool whose
+// model_type is "llama" takes the whole family's (llama, mistral, qwen2).
 int cli_config_from_file(const cli_model_config *c, const char *path);
 
 // The configuration recorded by the --init file (init_path, may be NULL) and by the checkpoint --resume

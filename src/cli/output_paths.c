@@ -9,6 +9,8 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include "ckpt/hf_dir.h"
+
 // The probe's size: a real write of a block, which a full filesystem refuses (an empty file it takes).
 #define PROBE_BYTES (64 * 1024)
 
@@ -71,6 +73,25 @@ static int check_file(const char *path, char *why, size_t cap) {
     return 0;
 }
 
+// A Hugging Face model directory to be written: absent or replaceable (hf_dir_check_target), and its
+// parent writable. why: (cap) the reason on failure.
+static int check_hf_dir(const char *path, char *why, size_t cap) {
+    if (hf_dir_check_target(path) != FSDP_OK) {  // its message, less the path the caller prints
+        const char *msg = fsdp_last_error();
+        size_t n = strlen(path);
+        snprintf(why, cap, "%s", strncmp(msg, path, n) == 0 && msg[n] == ':' ? msg + n + 2 : msg);
+        return -1;
+    }
+    char parent[4096];  // the directory part of path ("." when there is none)
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/') len--;
+    const char *slash = memrchr(path, '/', len);
+    if (!slash) snprintf(parent, sizeof parent, ".");
+    else if (slash == path) snprintf(parent, sizeof parent, "/");
+    else snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+    return probe_directory(parent, why, cap);
+}
+
 // A directory: created when missing and create is set (*created = 1 then), then probed.
 static int check_directory(const char *path, int create, int *created, char *why, size_t cap) {
     struct stat st;
@@ -96,9 +117,10 @@ int cli_check_output_paths(const char *prog, const cli_output_path *paths, int n
     for (int i = 0; i < n && !bad; i++) {
         const cli_output_path *p = &paths[i];
         if (!p->path || (p->kind != CLI_OUT_DIR_EVERY_RANK && R != 0)) continue;
-        int created = 0, rc = p->kind == CLI_OUT_FILE ? check_file(p->path, why, sizeof why)
-                                                      : check_directory(p->path, p->kind == CLI_OUT_DIR_CREATE,
-                                                                        &created, why, sizeof why);
+        int created = 0, rc = p->kind == CLI_OUT_FILE     ? check_file(p->path, why, sizeof why)
+                              : p->kind == CLI_OUT_HF_DIR ? check_hf_dir(p->path, why, sizeof why)
+                                                          : check_directory(p->path, p->kind == CLI_OUT_DIR_CREATE,
+                                                                            &created, why, sizeof why);
         if (created) created_dir = p->path;
         if (rc) bad = p;
     }

@@ -11,6 +11,8 @@ typedef enum {
     CLI_OUT_DIR_CREATE,       // a directory rank 0 writes into (shared by all ranks): created when missing
                               // (its parent must exist), then it must be writable
     CLI_OUT_DIR_EVERY_RANK,   // an existing directory every rank writes its own files into (node-local is fine)
+    CLI_OUT_HF_DIR,           // a Hugging Face model directory rank 0 writes (ckpt/hf_dir.h): its parent writable,
+                              // and the directory absent or one fsdp.c wrote (it is not touched)
 } cli_output_kind;
 
 typedef struct {

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ckpt/safetensors.h"
+#include "cli/train_hf.h"
 
 // The GPT-2 configuration the files record (Hugging Face GPT2Config names), and the flags setting it.
 static const cli_config_field gpt2_fields[] = {
@@ -199,10 +200,8 @@ int train_arch_resolve(const char *prog, train_options *o, const cli_arg *args, 
                                        args, nargs, argc, argv};
     if (o->arch == 1 && !cli_given(args, nargs, argc, argv, "--lora-targets")) o->lora.targets = "q_proj,v_proj";
     if (cli_config_from_inputs(&o->config, o->training.init_path, &o->fsdp.ckpt)) return 2;
-    if (o->training.init_path && dims_from_file(o) != FSDP_OK) {
-        fprintf(stderr, "%s: %s\n", prog, fsdp_last_error());
-        return 1;
-    }
+    int prepared = train_hf_prepare(o, dims_from_file);  // --init DIR or FILE, a directory --save's flags
+    if (prepared) return prepared;
     if (o->arch == 1 && resolve_llama_shape(prog, o)) return 2;
     nn_llama_config checked;  // --rope-scaling parsed here, so that later builds cannot fail on it
     if (o->arch == 1 && train_arch_llama_config(prog, o, &checked)) return 2;

@@ -9,10 +9,11 @@
 
 // Resolves o's model after cli_parse: chooses the architecture, sets o->config (the fields the files
 // record for it; Llama's default --lora-targets q_proj,v_proj), takes the --init / --resume file's
-// configuration and an --init file's shapes, resolves Llama's defaults (--kv-heads, --head-dim, --d-ff)
-// and max_seq (0: --seq), and checks the shape. args (nargs,) is the tool's table, argc/argv its command
-// line. Returns 0, 1 after printing that the --init file's shapes cannot be read, or 2 after a one-line
-// flag error; prog names the tool in messages ("fsdp-train").
+// configuration (an --init directory's config.json) and an --init file's shapes (train_hf_prepare: no
+// weights are read), resolves Llama's defaults (--kv-heads, --head-dim, --d-ff) and max_seq (0: --seq),
+// and checks the shape. args (nargs,) is the tool's table, argc/argv its command line. Returns 0, 1
+// after printing that the --init file's shapes cannot be read, or 2 after a one-line flag error; prog
+// names the tool in messages ("fsdp-train"; train_hf_prepare's own say fsdp-train).
 int train_arch_resolve(const char *prog, train_options *o, const cli_arg *args, int nargs, int argc, char **argv);
 
 // The Llama configuration of o's resolved shape (--rope-scaling parsed into it). Returns 0, or 2 after

@@ -12,6 +12,7 @@ int train_flags(train_options *o, cli_arg *args) {
     o->training.lr = 1e-3f, o->min_lr = 1e-4f, o->training.weight_decay = 0.01f, o->dropout = 0.0f;
     o->training.clip = 1.0f;
     o->eval_batches = 4, o->collective_timeout = 300;
+    o->save_shard_size = "5GB";  // save_pretrained's default max_shard_size
     o->gen = (train_sample_options){NULL, 1.0f, 0, 0, NULL};
     o->lora = (train_lora_options){0, 8.0f, 0.0f, "c_attn", NULL, 0};  // PEFT LoraConfig's defaults for GPT-2
     cli_fsdp_defaults(&o->fsdp);
@@ -62,6 +63,8 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--input", ARG_STRING, &o->input_path, "one fixed global batch: safetensors with idx and targets [world*batch, seq]", 1, 0, NULL},
         cli_training_flag(common, "--init"),
         cli_training_flag(common, "--save"),
+        {"--save-dtype", ARG_CHOICE, &o->save_dtype, "the dtype of a Hugging Face directory --save's weights (bf16: rounded to nearest even)", 1, 0, "fp32|bf16"},
+        {"--save-shard-size", ARG_STRING, &o->save_shard_size, "a Hugging Face directory --save splits its weights into shards of at most this size (one larger tensor has its own) plus model.safetensors.index.json, as save_pretrained's max_shard_size: bytes, or with KB/MB/GB (powers of 1000) or KiB/MiB/GiB", 1, 0, NULL},
         cli_training_flag(common, "--dump-grads"),
         {"--log-jsonl", ARG_STRING, &o->jsonl_path, "write one JSON object per step here (the first record is the resolved configuration; a resumed run appends)", 1, 0, NULL},
         {"--plot", ARG_STRING, &o->plot_path, "draw the loss curve into this PNG at the end (gnuplot)", 1, 0, NULL},
@@ -73,7 +76,7 @@ int train_flags(train_options *o, cli_arg *args) {
         {"--lora-alpha", ARG_FLOAT, &o->lora.alpha, "LoRA scale numerator: the adapters' output is scaled by alpha / --lora-rank", 0, 1e6, NULL},
         {"--lora-dropout", ARG_FLOAT, &o->lora.dropout, "LoRA: dropout on the adapters' input (training only)", 0, 0.999, NULL},
         {"--lora-targets", ARG_STRING, &o->lora.targets, "LoRA: the projections that get adapters, comma-separated: GPT-2's c_attn, c_proj (both attn.c_proj and mlp.c_proj), c_fc, attn.c_proj, mlp.c_proj (default c_attn); Llama's q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (default q_proj,v_proj: PEFT's)", 1, 0, NULL},
-        {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (PEFT's adapter_model.safetensors layout, base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R]) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
+        {"--lora-init", ARG_STRING, &o->lora.init, "LoRA: start from these adapters (a file, or a PEFT adapter directory holding it, in PEFT's adapter_model.safetensors layout: base_model.model.transformer.h.N.<target>.lora_A.weight [R, in] and lora_B.weight [out, R] for GPT-2, base_model.model.model.layers.N.self_attn.q_proj.lora_A.weight ... for Llama) instead of PEFT's init (A Kaiming-uniform, B zero)", 1, 0, NULL},
         {"--lora-merge-on-save", ARG_BOOL, &o->lora.merge_on_save, "LoRA: --save writes the base weights with the adapters merged in (W + alpha / R x (B A)^T for the Conv1D layout: a plain GPT-2 file) instead of the adapters alone", 1, 0, NULL},
         cli_training_flag(common, "--no-memory-check"),
         cli_training_flag(common, "--config"),

@@ -2,6 +2,8 @@
 // `fsdp-plan train` (which accepts exactly these flags, with the same defaults and help), so the
 // planner cannot drift from the tool.
 #pragma once
+#include <stdint.h>
+
 #include "cli/cli_args.h"
 #include "cli/fsdp_flags.h"
 #include "cli/model_config.h"
@@ -30,6 +32,9 @@ typedef struct {
     const char *jsonl_path, *plot_path, *trace_path;
     fsdp_threads_choice thread_choice;  // set after the world starts (cli_threads_setup)
     cli_model_config config;            // what the files written record (model_config.h)
+    int save_dtype;                     // --save-dtype: 0 fp32, 1 bf16 (a directory --save: train_hf.h)
+    const char *save_shard_size;        // --save-shard-size, as given ("5GB")
+    uint64_t save_shard_bytes;          // ... parsed (train_hf_prepare)
 } train_options;
 
 #define TRAIN_FLAGS_MAX 96  // room train_flags needs in its table

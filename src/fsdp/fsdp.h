@@ -102,7 +102,9 @@ fsdp_status fsdp_init_params(fsdp_state *s, uint64_t seed);
 // config.sync_module_states is set.
 fsdp_status fsdp_sync_module_states(fsdp_state *s);
 // Reads each rank's shard slices of every parameter from a full state dict (safetensors, by name; a
-// name may carry alt_prefix, e.g. "transformer."). strict: a parameter missing from the file, or a
+// name may carry alt_prefix, e.g. "transformer."): path is a .safetensors file or a Hugging Face
+// model directory (model.safetensors, or the shards its model.safetensors.index.json lists: see
+// ckpt/st_source.h), each rank reading only its own elements' byte ranges. strict: a parameter missing from the file, or a
 // tensor in the file that is no parameter, is an error listing them (Hugging Face's attn.bias /
 // attn.masked_bias buffers and a tied lm_head.weight are not counted). Not strict: missing parameters
 // keep their current values and both lists go to `report` (may be NULL). Every rank validates every

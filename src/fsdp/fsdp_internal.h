@@ -193,6 +193,11 @@ fsdp_status fsdp_stage_open(fsdp_state *s, fsdp_stage *g);
 void fsdp_stage_close(fsdp_stage *g);
 // Streams src (count,) device fp32 into the writer's data (st_writer_stream_data).
 fsdp_status fsdp_stage_write(fsdp_stage *g, st_writer *w, const float *src, int64_t count);
+// The same, written as dtype: FSDP_F32, or FSDP_BF16 rounded to nearest even (the kernels' f32_to_bf16).
+fsdp_status fsdp_stage_write_as(fsdp_stage *g, st_writer *w, const float *src, int64_t count, fsdp_dtype dtype);
+// After rank 0 wrote (or failed to write) path with status st (st of other ranks: FSDP_OK): every rank
+// returns rank 0's outcome, with its message. Collective.
+fsdp_status fsdp_share_write_status(fsdp_state *s, fsdp_status st, const char *path);
 // dst (count,) device = elements [first, first+count) of the file's tensor `name` (shape checked as
 // st_read_f32_range does).
 fsdp_status fsdp_stage_read(fsdp_stage *g, const st_file *f, const char *name, int ndim, const int64_t *shape,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ckpt/safetensors.h"
+#include "ckpt/st_source.h"
 #include "core/alloc.h"
 #include "fsdp/fsdp_internal.h"
 
@@ -20,10 +21,15 @@ void fsdp_stage_close(fsdp_stage *g) {
 }
 
 fsdp_status fsdp_stage_write(fsdp_stage *g, st_writer *w, const float *src, int64_t count) {
+    return fsdp_stage_write_as(g, w, src, count, FSDP_F32);
+}
+
+fsdp_status fsdp_stage_write_as(fsdp_stage *g, st_writer *w, const float *src, int64_t count, fsdp_dtype dtype) {
     for (int64_t c0 = 0; c0 < count; c0 += (int64_t)FSDP_STAGE_FLOATS) {
         size_t c = (size_t)(count - c0 < (int64_t)FSDP_STAGE_FLOATS ? count - c0 : (int64_t)FSDP_STAGE_FLOATS);
         FSDP_CHECK(fsdp_dev_read(g->s->compute, g->host, src + c0, sizeof(float) * c));
-        FSDP_CHECK(st_writer_stream_data(w, g->host, sizeof(float) * c));
+        if (dtype == FSDP_BF16) fsdp_f32_to_bf16_in_place(g->host, c);  // round to nearest even, as the kernels
+        FSDP_CHECK(st_writer_stream_data(w, g->host, (dtype == FSDP_BF16 ? 2 : 4) * c));
     }
     return FSDP_OK;
 }
@@ -71,11 +77,17 @@ fsdp_status fsdp_sync_module_states(fsdp_state *s) {
     return fsdp_stream_synchronize(s->compute);
 }
 
-// Tensors a Hugging Face GPT-2 file carries that are not parameters of ours.
+// Whether name ends with suffix.
+static int ends_with(const char *name, const char *suffix) {
+    size_t n = strlen(name), k = strlen(suffix);
+    return n >= k && strcmp(name + n - k, suffix) == 0;
+}
+
+// Tensors Hugging Face files carry that are not parameters of ours: GPT-2's attention-mask buffers, a
+// tied head, older Llama files' rotary inv_freq buffers.
 static int ignorable(const char *name) {
-    size_t n = strlen(name);
-    return (n >= 10 && strcmp(name + n - 10, ".attn.bias") == 0) ||
-           (n >= 17 && strcmp(name + n - 17, ".attn.masked_bias") == 0) || strcmp(name, "lm_head.weight") == 0;
+    return ends_with(name, ".attn.bias") || ends_with(name, ".attn.masked_bias") ||
+           ends_with(name, ".rotary_emb.inv_freq") || strcmp(name, "lm_head.weight") == 0;
 }
 
 // Appends ", name" to a bounded list; counts what did not fit.
@@ -92,16 +104,17 @@ static int in_set(const nn_param *p, fsdp_param_set set) {
 
 // fsdp_load_params over a set: FSDP_PARAMS_ALL reads every parameter, adapters optional (a base-weights
 // file has none: they keep their values); FSDP_PARAMS_ADAPTERS reads only adapters, and any other
-// tensor of the file is unexpected.
+// tensor of the file is unexpected. path: a file or a Hugging Face directory (st_source.h); each rank
+// reads only its shard's elements of each tensor, from the file that holds it.
 static fsdp_status load_set(fsdp_state *s, const char *path, const char *alt_prefix, int strict, char *report,
                             size_t report_cap, fsdp_param_set set) {
-    st_file *f = NULL;
-    FSDP_CHECK(st_open(path, &f));
+    st_source *src = NULL;
+    FSDP_CHECK(st_source_open(path, &src));
     char missing[512] = "", unexpected[512] = "";
     int n_missing = 0, n_unexpected = 0;
     size_t plen = alt_prefix ? strlen(alt_prefix) : 0;
-    for (int i = 0; i < st_count(f); i++) {  // tensors of the file that are no parameter
-        const char *name = st_entry_at(f, i)->name;
+    for (int i = 0; i < st_source_count(src); i++) {  // tensors of the files that are no parameter
+        const char *name = st_source_entry_at(src, i, NULL)->name;
         const char *bare = plen && strncmp(name, alt_prefix, plen) == 0 ? name + plen : name;
         const nn_param *p = nn_params_find(s->model.params, bare);
         if ((!p || !in_set(p, set)) && (set == FSDP_PARAMS_ADAPTERS || !ignorable(bare)))
@@ -116,11 +129,12 @@ static fsdp_status load_set(fsdp_state *s, const char *path, const char *alt_pre
             const char *name = p->name;
             char alt[NN_NAME_MAX + 64];
             if (!in_set(p, set)) continue;
-            if (!st_find(f, name) && alt_prefix) {
+            const st_file *f = NULL;
+            if (!st_source_find(src, name, &f) && alt_prefix) {
                 snprintf(alt, sizeof alt, "%s%s", alt_prefix, p->name);
-                if (st_find(f, alt)) name = alt;
+                if (st_source_find(src, alt, &f)) name = alt;
             }
-            if (!st_find(f, name)) {
+            if (!f) {
                 if (set == FSDP_PARAMS_ADAPTERS || !p->adapter) list_add(missing, sizeof missing, &n_missing, p->name);
                 continue;
             }
@@ -129,7 +143,7 @@ static fsdp_status load_set(fsdp_state *s, const char *path, const char *alt_pre
         }
     }
     fsdp_stage_close(&g);
-    st_close(f);
+    st_source_close(src);
     if (st != FSDP_OK) return st;
     if (strict && n_missing)
         return fsdp_error(FSDP_ERR_MISSING, "%s: missing %d tensor(s): %s%s", path, n_missing, missing,
@@ -212,6 +226,10 @@ static fsdp_status save_set(fsdp_state *s, const char *path, int grads, fsdp_par
     fsdp_stage_close(&g);
     fsdp_dev_free(s->dev, flat);
     if (cs != FSDP_OK) return cs;
+    return fsdp_share_write_status(s, st, path);
+}
+
+fsdp_status fsdp_share_write_status(fsdp_state *s, fsdp_status st, const char *path) {
     float ok = (float)(st == FSDP_OK);  // every rank learns whether rank 0's write worked
     char msg[1024];
     snprintf(msg, sizeof msg, "%s", fsdp_last_error());

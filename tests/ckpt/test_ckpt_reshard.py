@@ -14,7 +14,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "parity"))
-from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, proc, st_load, st_read, tmpdir  # noqa: E402
+from fsdp_testlib import Checker, bf16_rne, mpirun, parse_args, parse_losses, proc, st_load, st_read, tmpdir  # noqa: E402
 
 MODEL = ["--layers", "2", "--d-model", "48", "--heads", "4", "--seq", "16", "--threads", "1"]
 GLOBAL_BATCH = 12  # sequences per step; the saved data position carries over at any world size dividing it
@@ -55,12 +55,6 @@ def read_ckpt(d):
             assert np.all(covered == 1), f"{d}: {kind}{n}: pieces do not cover the tensor exactly once"
             full[kind + n] = (dt, t)
     return full, pieces, meta
-
-
-def bf16_rne(u32):
-    """numpy's round-to-nearest-even of fp32 bits to bf16 bits (no NaN in a checkpoint)."""
-    u = u32.astype(np.uint64)
-    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
 
 
 def main():

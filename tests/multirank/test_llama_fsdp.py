@@ -75,6 +75,19 @@ def main():
     ckpt = os.path.join(tmp, "ckpt")
     steps = MODEL.index("--steps")
     mpirun(2, [exe] + MODEL[:steps] + ["--steps", "2"] + MODEL[steps + 2:] + ["--ckpt-dir", ckpt])
+    # the checkpoint consolidated into a Hugging Face directory: config.json from the recorded configuration
+    hf_dir = os.path.join(tmp, "consolidated")
+    step_dir = os.path.join(ckpt, sorted(x for x in os.listdir(ckpt) if x.startswith("step_"))[-1])
+    proc([os.path.join(args.bin, "fsdp-ckpt"), "consolidate", step_dir, hf_dir])
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        hc = json.load(f)
+    chk.true("fsdp-ckpt consolidate DIR: a LlamaForCausalLM config.json of the model's shape",
+             hc.get("architectures") == ["LlamaForCausalLM"] and hc.get("num_key_value_heads") == 2 and
+             hc.get("intermediate_size") == 96 and hc.get("num_hidden_layers") == 3 and
+             hc.get("tie_word_embeddings") is False, json.dumps(hc)[:300])
+    r = proc([exe, "--init", hf_dir, "--eval-only", "--seq", "16", "--global-batch", "2", "--eval-batches", "1"])
+    chk.true("the consolidated directory loads (--init DIR, its config.json alone)",
+             "Llama 3 layers, d_model 48, 6 heads (2 key/value" in r.stdout and "val_loss" in r.stdout, r.stdout[-300:])
     resumed_path = os.path.join(tmp, "resumed.safetensors")
     r = mpirun(3, [exe] + MODEL + ["--ckpt-dir", ckpt, "--resume", "auto", "--save", resumed_path], expect_ok=False)
     if r.returncode == 0:

@@ -17,7 +17,7 @@ The Llama family (--arch llama: grouped-query attention, untied head, SwiGLU, RM
 fp32 and bf16, with activation checkpointing, LoRA, --freeze, tied embeddings with biases, HYBRID_SHARD:
 the same categories within the same tolerances; exactly: the parameter count, the activations in fp32,
 and LoRA's gradient shards; fsdp-plan train --init FILE (the shape from the file's tensors, as
-fsdp-train takes it) = the flags' plan; fsdp-train's up-front memory check refuses a Llama run that
+fsdp-train takes it) and --init DIR (a Hugging Face directory's config.json) = the flags' plan; fsdp-train's up-front memory check refuses a Llama run that
 fsdp-plan predicts will not fit."""
 import fnmatch
 import os
@@ -360,10 +360,11 @@ def llama_checks(args, chk):
     train, plan = os.path.join(args.bin, "fsdp-train"), os.path.join(args.bin, "fsdp-plan")
     tmp = tmpdir()
     saved = os.path.join(tmp, "llama.safetensors")
+    saved_dir = os.path.join(tmp, "llama-hf")  # a Hugging Face directory: config.json + model.safetensors
     runs = {}
     for world, extra in LLAMA_CASES:
         label = f"Llama, {world} rank(s) {' '.join(extra) or 'full_shard fp32'}"
-        save = ["--save", saved] if (world, extra) == (1, []) else []
+        save = {(1, ()): ["--save", saved], (2, ()): ["--save", saved_dir]}.get((world, tuple(extra)), [])
         r = mpirun(world, [train] + LLAMA + LLAMA_RUN + extra + save)
         measured = numbers(r.stdout, "memory rank 0:")
         measured["total"] = measured.pop("total_peak", None)
@@ -408,6 +409,13 @@ def llama_checks(args, chk):
              p.stdout.startswith("fsdp-plan: Llama,"), p.stdout[:200])
     for k in KEYS:
         chk.close(f"fsdp-plan --init llama.safetensors: {k} = the flags' plan", [by_file.get(k)], [by_flags.get(k)], 0, 0)
+    # --init DIR: the architecture and the shape from the directory's config.json alone
+    p = proc([plan, "train", "--world-size", "2", "--init", saved_dir, "--seq", "32"] + LLAMA_RUN)
+    by_dir = numbers(p.stdout, "prediction:")
+    chk.true("fsdp-plan train --init llama-hf/ (a Hugging Face directory): plans Llama",
+             p.stdout.startswith("fsdp-plan: Llama,"), p.stdout[:200])
+    for k in KEYS:
+        chk.close(f"fsdp-plan --init llama-hf/: {k} = the flags' plan", [by_dir.get(k)], [runs[(2, ())][1].get(k)], 0, 0)
     # fsdp-train's up-front memory check holds a Llama run to the same prediction
     total = by_flags.get("total") or 0.0
     flags = LLAMA + ["--batch", "4", "--steps", "1", "--threads", "1"]

@@ -15,15 +15,25 @@ import numpy as np
 DTYPES = {"F32": np.float32, "F16": np.float16, "I32": np.int32, "I64": np.int64, "U8": np.uint8}
 
 
+def bf16_rne(u32):
+    """numpy's round-to-nearest-even of fp32 bits to bf16 bits (no NaN in a checkpoint)."""
+    u = u32.astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
 def st_save(path, tensors, metadata=None):
-    """Writes {name: array} as safetensors (F32 for floats, I64/I32 for ints, BF16 via 'bf16:' arrays)."""
+    """Writes {name: array} as safetensors (F32 for floats, I64/I32 for ints); a value ("BF16", array) is
+    written as BF16, rounded to nearest even from float32 (an array of uint16 is taken as the bits)."""
     header, blobs, offset = {}, [], 0
     for name, arr in tensors.items():
+        bf16 = isinstance(arr, tuple) and arr[0] == "BF16"
+        if bf16:
+            arr = arr[1] if arr[1].dtype == np.uint16 else bf16_rne(np.asarray(arr[1], np.float32).view(np.uint32))
         if hasattr(arr, "detach"):
             arr = arr.detach().cpu().numpy()
         arr = np.ascontiguousarray(arr)
-        code = {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int64): "I64",
-                np.dtype(np.int32): "I32", np.dtype(np.uint8): "U8"}[arr.dtype]
+        code = "BF16" if bf16 else {np.dtype(np.float32): "F32", np.dtype(np.float16): "F16", np.dtype(np.int64): "I64",
+                                    np.dtype(np.int32): "I32", np.dtype(np.uint8): "U8"}[arr.dtype]
         data = arr.tobytes()
         header[name] = {"dtype": code, "shape": list(arr.shape), "data_offsets": [offset, offset + len(data)]}
         blobs.append(data)

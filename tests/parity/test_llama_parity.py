@@ -1,9 +1,13 @@
 """Parity of the Llama family against a float64 PyTorch reference written here as transformers'
 modeling_llama computes LlamaForCausalLM (transformers is not installed: RMSNorm, rotate_half rotary
 embeddings with the default and the llama3 inverse frequencies, grouped-query attention through
-repeat_kv, the SwiGLU MLP, a tied or untied head). The same weights (random, rounded to bf16 so that a
-bf16 file holds them exactly) and tokens go to build/bin/fsdp-train at 1 and 3 ranks; we compare the loss
-of every step, every gradient of the first step and every parameter after the last AdamW step."""
+repeat_kv, the SwiGLU MLP, a tied or untied head, Llama's and Qwen2's biases). The same weights (random,
+rounded to bf16) go to build/bin/fsdp-train as a Hugging Face directory: config.json (llama or qwen2)
+and the weights in BF16 over 3 shards with model.safetensors.index.json, and no shape flags: the
+directory gives the architecture and its sizes. At 1 and 3 ranks we compare the loss of every step,
+every gradient of the first step and every parameter after the last AdamW step; the 1-rank run saves
+a Hugging Face directory (config.json's keys, the tensors, fp32), the 3-rank run one safetensors file.
+LoRA (3 ranks, PEFT names) and --freeze (Hugging Face names) against the same reference."""
 import json
 import math
 import os
@@ -92,11 +96,13 @@ def make_params(cfg):
         for name, rows, cols in (("q_proj", H * hd, C), ("k_proj", KV * hd, C), ("v_proj", KV * hd, C),
                                  ("o_proj", C, H * hd)):
             p[pre + "self_attn." + name + ".weight"] = torch.randn(rows, cols) / math.sqrt(cols)
-            if cfg["qkv_bias"] and name != "o_proj":
+            if cfg["o_bias"] if name == "o_proj" else cfg["qkv_bias"]:
                 p[pre + "self_attn." + name + ".bias"] = 0.1 * torch.randn(rows)
         p[pre + "post_attention_layernorm.weight"] = 1 + 0.1 * torch.randn(C)
         for name, rows, cols in (("gate_proj", F_, C), ("up_proj", F_, C), ("down_proj", C, F_)):
             p[pre + "mlp." + name + ".weight"] = torch.randn(rows, cols) / math.sqrt(cols)
+            if cfg["mlp_bias"]:
+                p[pre + "mlp." + name + ".bias"] = 0.1 * torch.randn(rows)
     p["model.norm.weight"] = 1 + 0.1 * torch.randn(C)
     if not cfg["tied"]:
         p["lm_head.weight"] = torch.randn(V, C) / math.sqrt(C)
@@ -105,11 +111,15 @@ def make_params(cfg):
 
 CONFIGS = [
     # grouped-query (6 heads on 2 key/value heads), untied head, odd sizes
-    dict(name="llama gqa untied", V=97, maxT=16, L=2, C=48, H=6, KV=2, hd=8, F=80, T=13, B=3, eps=1e-5,
-         theta=10000.0, tied=False, qkv_bias=False),
-    # tied embeddings, Qwen2's q/k/v biases, heads wider than C / H, llama3 rope scaling (all three bands)
-    dict(name="llama tied qkv-bias llama3", V=64, maxT=12, L=2, C=40, H=4, KV=4, hd=12, F=72, T=11, B=3, eps=1e-6,
-         theta=10000.0, tied=True, qkv_bias=True, llama3=(8.0, 1.0, 4.0, 32)),
+    dict(name="llama gqa untied", model_type="llama", V=97, maxT=16, L=2, C=48, H=6, KV=2, hd=8, F=80, T=13, B=3,
+         eps=1e-5, theta=10000.0, tied=False, qkv_bias=False, o_bias=False, mlp_bias=False),
+    # Qwen2: tied embeddings, q/k/v biases without o_proj's, heads wider than C / H
+    dict(name="qwen2 tied qkv-bias", model_type="qwen2", V=64, maxT=12, L=2, C=40, H=4, KV=4, hd=12, F=72, T=11, B=3,
+         eps=1e-6, theta=1000000.0, tied=True, qkv_bias=True, o_bias=False, mlp_bias=False),
+    # Llama 3.1's llama3 rope scaling (all three bands), one key/value head, attention_bias and mlp_bias
+    dict(name="llama mqa biases llama3", model_type="llama", V=50, maxT=12, L=2, C=32, H=4, KV=1, hd=8, F=48, T=12,
+         B=3, eps=1e-5, theta=10000.0, tied=False, qkv_bias=True, o_bias=True, mlp_bias=True,
+         llama3=(8.0, 1.0, 4.0, 32)),
 ]
 STEPS, LR, WD = 4, 1e-3, 0.01
 
@@ -179,17 +189,49 @@ def nearly_invariant(g):
     return g < 1e-3 * g.max()
 
 
-def flags(cfg):
-    f = ["--arch", "llama", "--vocab", str(cfg["V"]), "--max-seq", str(cfg["maxT"]), "--layers", str(cfg["L"]),
-         "--d-model", str(cfg["C"]), "--heads", str(cfg["H"]), "--kv-heads", str(cfg["KV"]), "--head-dim",
-         str(cfg["hd"]), "--d-ff", str(cfg["F"]), "--rms-eps", repr(cfg["eps"]), "--rope-theta", repr(cfg["theta"])]
-    if cfg["tied"]:
-        f.append("--tie-embeddings")
-    if cfg["qkv_bias"]:
-        f.append("--qkv-bias")
+def config_json(cfg):
+    """config.json as transformers' LlamaConfig / Qwen2Config write it."""
+    c = {"architectures": ["Qwen2ForCausalLM" if cfg["model_type"] == "qwen2" else "LlamaForCausalLM"],
+         "model_type": cfg["model_type"], "vocab_size": cfg["V"], "hidden_size": cfg["C"],
+         "intermediate_size": cfg["F"], "num_hidden_layers": cfg["L"], "num_attention_heads": cfg["H"],
+         "num_key_value_heads": cfg["KV"], "head_dim": cfg["hd"], "max_position_embeddings": cfg["maxT"],
+         "rms_norm_eps": cfg["eps"], "rope_theta": cfg["theta"], "tie_word_embeddings": cfg["tied"],
+         "hidden_act": "silu", "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+         "torch_dtype": "bfloat16", "rope_scaling": None}
+    if cfg["model_type"] == "llama":
+        c.update(attention_bias=cfg["qkv_bias"], mlp_bias=cfg["mlp_bias"])
+    else:
+        c.update(use_sliding_window=False, sliding_window=None)
     if "llama3" in cfg:
-        f += ["--rope-scaling", "llama3:%g,%g,%g,%d" % cfg["llama3"]]
-    return f
+        f, lo, hi, orig = cfg["llama3"]
+        c["rope_scaling"] = {"rope_type": "llama3", "factor": f, "low_freq_factor": lo, "high_freq_factor": hi,
+                             "original_max_position_embeddings": orig}
+    return c
+
+
+def write_hf_dir(d, cfg, weights, n_shards=3):
+    """config.json, the weights in BF16 over n_shards shards (model-0000K-of-0000N.safetensors) and the index."""
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config_json(cfg), f, indent=2)
+    names, weight_map, total = list(weights), {}, 0
+    for k in range(n_shards):
+        fname = f"model-{k + 1:05d}-of-{n_shards:05d}.safetensors"
+        part = names[k::n_shards]
+        st_save(os.path.join(d, fname), {n: ("BF16", weights[n].float().numpy()) for n in part}, {"format": "pt"})
+        for n in part:
+            weight_map[n] = fname
+            total += 2 * weights[n].numel()
+    with open(os.path.join(d, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f, indent=2)
+
+
+def st_load_dir(d):
+    out = {}
+    for f in sorted(os.listdir(d)):
+        if f.endswith(".safetensors"):
+            out.update(st_load(os.path.join(d, f)))
+    return out
 
 
 def main():
@@ -201,20 +243,30 @@ def main():
         idx, targets = torch.randint(0, V, (B, T)), torch.randint(0, V, (B, T))
         init, losses, grads, final = reference(cfg, idx, targets)
         tmp = tmpdir()
-        paths = {k: os.path.join(tmp, k + ".safetensors") for k in ("init", "input", "grads", "final", "final3")}
-        st_save(paths["init"], {k: v.float() for k, v in init.items()})
+        paths = {k: os.path.join(tmp, k + ".safetensors") for k in ("input", "grads", "final3")}
+        paths["init"], paths["final"] = os.path.join(tmp, "init_hf"), os.path.join(tmp, "final_hf")
+        write_hf_dir(paths["init"], cfg, init)
         st_save(paths["input"], {"idx": idx, "targets": targets})
-        common = flags(cfg) + ["--seq", str(T), "--steps", str(STEPS), "--lr", str(LR), "--weight-decay", str(WD),
-                               "--clip-grad-norm", "0", "--warmup", "0", "--lr-schedule", "constant",
-                               "--init", paths["init"], "--input", paths["input"]]
+        common = ["--seq", str(T), "--steps", str(STEPS), "--lr", str(LR), "--weight-decay", str(WD),
+                  "--clip-grad-norm", "0", "--warmup", "0", "--lr-schedule", "constant",
+                  "--init", paths["init"], "--input", paths["input"]]
         exe = os.path.join(args.bin, "fsdp-train")
         _, stdout, _ = run([exe] + common + ["--batch", str(B), "--dump-grads", paths["grads"], "--save", paths["final"]])
+        chk.true(f"[{name}] the directory's config builds it", f"Llama {cfg['L']} layers, d_model {cfg['C']}, "
+                 f"{cfg['H']} heads ({cfg['KV']} key/value, width {cfg['hd']}), MLP {cfg['F']}" in stdout, stdout[:300])
+        with open(os.path.join(paths["final"], "config.json")) as f:
+            saved_cfg = json.load(f)
+        want = config_json(cfg)
+        keys = [k for k in want if k not in ("torch_dtype", "sliding_window")]
+        chk.true(f"[{name}] --save DIR: config.json holds the model's configuration",
+                 all(saved_cfg.get(k) == want[k] for k in keys) and saved_cfg.get("torch_dtype") == "float32",
+                 str({k: (saved_cfg.get(k), want[k]) for k in keys if saved_cfg.get(k) != want[k]}))
         chk.close(f"[{name}] 1 rank: losses", parse_losses(stdout), losses, 2e-5, 0)
         g = st_load(paths["grads"])
         for k, ref in grads.items():
             scale = float(ref.abs().max()) + 1e-30
             chk.close(f"[{name}] grad {k}", g[k], ref.numpy(), 1e-3, 1e-4 * scale)
-        fin = st_load(paths["final"])
+        fin = st_load_dir(paths["final"])
         chk.true(f"[{name}] --save holds exactly the model's tensors", sorted(fin) == sorted(final),
                  f"{sorted(set(fin) ^ set(final))}")
         for k, ref in final.items():
@@ -235,7 +287,48 @@ def main():
             chk.close(f"[{name}] 3 ranks: param after {STEPS} steps {k}", ours_k, ref_k, 1e-4, 1e-5)
         if cfg is CONFIGS[0]:
             check_lora_and_freeze(chk, exe, cfg, init, idx, targets, common, tmp)
+            check_bad_dirs(chk, exe, cfg, init, tmp)
     chk.report()
+
+
+def check_bad_dirs(chk, exe, cfg, init, tmp):
+    """Directories that do not describe a model fsdp-train builds, or whose tensors disagree with their
+    config.json: one line naming the file (and the key or tensor), exit 2, --save not written."""
+    def edit_cfg(**kv):
+        def f(c, w):
+            c.update(kv)
+        return f
+
+    def bad_kshape(c, w):
+        w["model.layers.1.self_attn.k_proj.weight"] = torch.zeros(c["num_key_value_heads"] * c["head_dim"] + 1,
+                                                                  c["hidden_size"])
+
+    def no_tensor(c, w):
+        del w["model.layers.0.mlp.up_proj.weight"]
+
+    cases = [
+        ("rope_scaling yarn", edit_cfg(rope_scaling={"rope_type": "yarn", "factor": 2.0}), ["config.json", "yarn"]),
+        ("mistral with a sliding window", edit_cfg(model_type="mistral", sliding_window=4),
+         ["config.json", "sliding_window"]),
+        ("key/value heads not dividing the heads", edit_cfg(num_key_value_heads=4), ["num_key_value_heads"]),
+        ("gelu", edit_cfg(hidden_act="gelu"), ["hidden_act"]),
+        ("k_proj's shape", bad_kshape, ["model.layers.1.self_attn.k_proj.weight"]),
+        ("a tensor missing", no_tensor, ["model.layers.0.mlp.up_proj.weight"]),
+    ]
+    for label, edit, needles in cases:
+        c, w = config_json(cfg), {k: v.detach().clone() for k, v in init.items()}
+        edit(c, w)
+        d, save = os.path.join(tmp, "bad_" + label.replace(" ", "_").replace("/", "_")), os.path.join(tmp, "never")
+        os.makedirs(d)
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(c, f)
+        st_save(os.path.join(d, "model.safetensors"), {k: ("BF16", v.float().numpy()) for k, v in w.items()})
+        r = run([exe, "--init", d, "--steps", "1", "--seq", str(cfg["T"]), "--batch", str(cfg["B"]), "--input",
+                 os.path.join(tmp, "input.safetensors"), "--save", save], expect_ok=False)
+        lines = [x for x in r[2].splitlines() if x.strip()]
+        chk.true(f"bad directory ({label}): exit 2, one line naming {needles}, nothing written",
+                 r[0] == 2 and len(lines) == 1 and all(n in lines[0] for n in needles) and not os.path.exists(save),
+                 f"rc {r[0]}: {r[2][-400:]}")
 
 
 def check_lora_and_freeze(chk, exe, cfg, init, idx, targets, common, tmp):

@@ -213,6 +213,7 @@ static void compare(const suite *staged, const suite *nccl, const char *what) {
 
 static void free_suite(suite *s) { free(s->bytes), s->bytes = NULL; }
 
+#ifdef FSDP_HAVE_NCCL
 // 1 when this process has a file whose name contains `name` mapped
 static int mapped(const char *name) {
     FILE *f = fopen("/proc/self/maps", "r");
@@ -222,6 +223,7 @@ static int mapped(const char *name) {
     if (f) fclose(f);
     return found;
 }
+#endif
 
 // The loader (device/cuda/cuda_nccl_api.h), no GPU needed: nothing maps libnccl until the first fsdp_nccl()
 // (a build that linked it would), which then binds every function and reads a version with bf16 and AVG.

@@ -179,7 +179,7 @@ static void check_rope(int B, int T, int heads, int D) {
     double e_bwd = rel_err(dx, want, n);
     CHECK(e_bwd < 1e-6);
     const double h = 1e-2;  // L is linear in x: the difference is exact up to rounding
-    double *fd = malloc(sizeof(double) * n);
+    double *fd = calloc(n ? n : 1, sizeof(double));
     for (size_t i = 0; i < n; i++) {
         float keep = x0[i];
         x0[i] = (float)(keep + h);
