@@ -1,6 +1,7 @@
 #!/bin/sh
 # plan-at-scale.sh: writes docs/plan-at-scale.md, fsdp-plan's predictions for 1,024 ranks (128 hosts x 8
-# ranks) on GPT-2 1.5B and a 7B GPT-2-style shape, from build/bin/fsdp-plan itself:
+# ranks) on GPT-2 1.5B and a 7B GPT-2-style shape, and for Llama 3.2 1B, Llama 3 8B and 70B at 8, 64
+# and 1,024 ranks, from build/bin/fsdp-plan itself:
 #   scripts/plan-at-scale.sh build/bin > docs/plan-at-scale.md
 set -eu
 bin=${1:?usage: $0 BIN_DIR (e.g. build/bin)}
@@ -89,4 +90,75 @@ for model in "GPT-2 1.5B|$GPT2_XL" "7B (GPT-2-style)|$SEVEN_B"; do
         row "$name" "$flags" "HYBRID_SHARD (8 per host)" hybrid_shard "$prec"
         row "$name" "$flags" "NO_SHARD / DDP" ddp "$prec"
     done
+done
+
+# The Llama family (fsdp-train --arch llama): bf16 mixed precision, activation checkpointing, sequences
+# of 8192, batch 1 per rank, hosts of 8 ranks, at 8, 64 and 1,024 ranks
+LLAMA_1B="--arch llama --layers 16 --d-model 2048 --heads 32 --kv-heads 8 --d-ff 8192 --vocab 128256 --tie-embeddings"
+LLAMA_8B="--arch llama --layers 32 --d-model 4096 --heads 32 --kv-heads 8 --d-ff 14336 --vocab 128256"
+LLAMA_70B="--arch llama --layers 80 --d-model 8192 --heads 64 --kv-heads 8 --d-ff 28672 --vocab 128256"
+LLAMA_RUN="--seq 8192 --batch 1 --threads 1 --ranks-per-host $PER_HOST --mixed-precision bf16 --activation-checkpointing"
+
+llama_row() {  # MODEL_NAME MODEL_FLAGS WORLD STRATEGY_NAME STRATEGY
+    # shellcheck disable=SC2086
+    a=$(env -i PATH=/usr/bin:/bin LC_ALL=C "$plan" train $2 $LLAMA_RUN --world-size $3 --strategy $5 --inter-host-gbps 12.5 | grep '^prediction:')
+    # shellcheck disable=SC2086
+    b=$(env -i PATH=/usr/bin:/bin LC_ALL=C "$plan" train $2 $LLAMA_RUN --world-size $3 --strategy $5 --inter-host-gbps 50 | grep '^prediction:')
+    printf '| %s | %s (%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$1" "$3" \
+        "$(field hosts "$a")" "$4" \
+        "$(mib "$(field parameters "$a")")" "$(mib "$(field gradients "$a")")" "$(mib "$(field optimizer "$a")")" \
+        "$(mib "$(field unsharded_peak "$a")")" "$(mib "$(field activations_peak "$a")")" \
+        "$(mib "$(field communication "$a")")" "$(mib "$(field workspace "$a")")" "$(mib "$(field total "$a")")" \
+        "$(gib "$(field bytes_sent_per_step "$a")")" "$(gib "$(field inter_host_bytes_per_step "$a")")" \
+        "$(sec "$(field comm_seconds_lower_bound "$a")")" "$(sec "$(field comm_seconds_lower_bound "$b")")"
+}
+
+cat <<'LLAMA_HEAD'
+
+## The Llama family: Llama 3.2 1B, Llama 3 8B and 70B at 8, 64 and 1,024 ranks
+
+Every number in this table is a **prediction** of `fsdp-plan` (nothing here ran at these sizes); the
+planner's Llama model is held to measured runs at small shapes by tests/multirank/test_plan.py (every
+memory category and the bytes sent per step within 10% of fsdp-train's accounting, at 1, 2 and 4 ranks,
+fp32 and bf16, with activation checkpointing, LoRA, --freeze, tied and untied heads; the parameter count
+and the fp32 activations exactly). Each row is `fsdp-plan train MODEL --seq 8192 --batch 1 --threads 1
+--ranks-per-host 8 --mixed-precision bf16 --activation-checkpointing --world-size N --strategy S`, with
+`--inter-host-gbps 12.5` and `50` as above.
+
+- Models, as Hugging Face's configs give them (head width d_model / heads): Llama 3.2 1B: 16 layers,
+  d_model 2048, 32 heads, 8 key/value heads, FFN 8192, vocabulary 128256, tied embeddings
+  (1,235,814,400 parameters). Llama 3 8B: 32 layers, d_model 4096, 32 heads, 8 key/value heads, FFN
+  14336, vocabulary 128256, untied (8,030,261,248). Llama 3 70B: 80 layers, d_model 8192, 64 heads, 8
+  key/value heads, FFN 28672, vocabulary 128256, untied (70,553,706,496). The rotary tables have 8192
+  rows (`--max-seq` defaults to `--seq`; a file's 131072 positions add 32 to 64 MiB of tables).
+- Memory is per rank, MiB, of this project's engine: fp32 master shards of the parameters, their
+  gradients and AdamW's two moments; the unsharded buffers at their peak (bf16 gathered units, the
+  current unit's fp32 gradient, and the root unit, which holds the embedding, the final norm and the
+  untied LM head: gathered and with its whole gradient through backward, so at 128256 x 8192 it is
+  most of 70B's unsharded peak); activations (each layer's (N, d_model) input kept under activation
+  checkpointing, one layer's buffers, fp32 logits of N x 128256, the backward scratch); communication
+  buffers; the CPU GEMMs' packing scratch (it depends on the CPU the script ran on).
+- Sent GiB is what one rank sends per optimizer step, all collectives (FULL_SHARD: two bf16 all-gathers
+  of every unit and one bf16 reduce-scatter of its gradient); inter-host GiB what one host's NIC sends.
+  At 8 ranks the run is one host: no inter-host bytes, the bound is the intra-host link's. HYBRID_SHARD
+  shards over each host's 8 ranks and all-reduces the shards over the 128 replicas.
+
+Measured at the real shapes, where one machine holds them (this project's 2-core, 24 GiB CPU machine;
+fsdp-train with random weights, `--seq 256 --batch 1 --threads 1 --lora-rank 8` (targets q_proj,v_proj),
+2 ranks, 2 steps; the numbers are per rank): Llama 3.2 1B with LoRA in fp32: predicted 4,587.2 MiB,
+accounted peak 4,587.2 MiB (144 bytes apart), the OS's data PSS 4,593.4 MiB; with `--mixed-precision bf16
+--activation-checkpointing`: predicted 5,064.2 MiB, accounted 5,064.5 MiB, data PSS 5,107.9 MiB. Full
+fine-tuning of the same shapes in fp32 is predicted (not run: it does not fit two ranks on this machine)
+at 15,621.8 MiB per rank under FULL_SHARD on 2 ranks and 23,853.2 MiB under DDP.
+
+| model | ranks (hosts) | strategy | params MiB | grads MiB | optimizer MiB | unsharded MiB | activations MiB | comm buffers MiB | workspace MiB | peak MiB | sent GiB/step/rank | inter-host GiB/step/host | comm s >= (100 Gb/s) | comm s >= (400 Gb/s) |
+|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|
+LLAMA_HEAD
+for model in "Llama 3.2 1B|$LLAMA_1B" "Llama 3 8B|$LLAMA_8B" "Llama 3 70B|$LLAMA_70B"; do
+    name=${model%%|*}
+    flags=${model#*|}
+    llama_row "$name" "$flags" 8 FULL_SHARD full_shard
+    llama_row "$name" "$flags" 64 FULL_SHARD full_shard
+    llama_row "$name" "$flags" 1024 FULL_SHARD full_shard
+    llama_row "$name" "$flags" 1024 "HYBRID_SHARD (8 per host)" hybrid_shard
 done

@@ -1,6 +1,7 @@
 // fsdp_plan.c: predicts a rank's peak memory by category and the bytes it sends per step, before
 // anything runs (fsdp/plan.h has the model; tests hold it to measured runs).
-//   fsdp-plan train FLAGS...    fsdp-train's flags (train_flags.c: the same names, defaults and help)
+//   fsdp-plan train FLAGS...    fsdp-train's flags (train_flags.c: the same names, defaults and help), the
+//                               model (GPT-2 or Llama) resolved as fsdp-train resolves it (train_arch.c)
 //   fsdp-plan minimal FLAGS...  fsdp-minimal's flags (minimal_flags.c)
 // plus the planner's own: --world-size, --no-shared-memory, --ranks-per-host, --intra-host-gbps,
 // --inter-host-gbps (--device is a tool flag). --freeze and --lora-rank build the model's parameter
@@ -15,6 +16,7 @@
 #include "cli/minimal_flags.h"
 #include "cli/model_config.h"
 #include "cli/plan_input.h"
+#include "cli/train_arch.h"
 #include "cli/train_flags.h"
 #include "core/tunables.h"
 #include "data/tokenizer.h"
@@ -77,21 +79,18 @@ int main(int argc, char **argv) {
     nargs = add_plan_flags(args, nargs, &pf);
     int parsed = cli_parse(prog, train ? TRAIN_SUMMARY : MINIMAL_SUMMARY, args, nargs, pargc, pargv);
     if (parsed) return parsed > 0 ? 0 : 2;
-    if (train && t.arch != 0) {  // the planner's model is GPT-2's: say so rather than plan the wrong one
-        fprintf(stderr, "%s: --arch llama: fsdp-plan train plans GPT-2 models only (Llama shapes are not planned yet)\n",
-                prog);
-        return 2;
-    }
-    // a --init or --resume file that records the model's shape sets it, as in the tool
-    static const cli_config_field gpt2_fields[] = {
-        {"n_layer", "--layers"}, {"n_embd", "--d-model"}, {"n_head", "--heads"}, {"vocab_size", "--vocab"},
-        {"n_positions", "--max-seq"}};
+    // the model: as fsdp-train resolves it (train_arch.c: --arch or what --init / --resume records, the
+    // files' configuration, an --init file's shapes); the encoder stack's from a file's recorded one
     static const cli_config_field encoder_fields[] = {
         {"num_layers", "--layers"}, {"d_model", "--d-model"}, {"nhead", "--heads"}, {"dim_feedforward", "--ffn"}};
-    cli_model_config mc = {prog, train ? "gpt2" : "transformer_encoder", train ? gpt2_fields : encoder_fields,
-                           train ? 5 : 4, args, nargs, pargc, pargv};
+    cli_model_config mc = {prog, "transformer_encoder", encoder_fields, 4, args, nargs, pargc, pargv};
     cli_training_options *run = train ? &t.training : &m.training;
-    if (cli_config_from_inputs(&mc, run->init_path, train ? &t.fsdp.ckpt : &m.fsdp.ckpt)) return 2;
+    if (train) {
+        int resolved = train_arch_resolve(prog, &t, args, nargs, pargc, pargv);
+        if (resolved) return 2;
+    } else if (cli_config_from_inputs(&mc, run->init_path, &m.fsdp.ckpt)) {
+        return 2;
+    }
     const cli_fsdp_options *f = train ? &t.fsdp : &m.fsdp;
     fsdp_config cfg;
     if (pf.no_shm && pf.ranks_per_host > 1) {
@@ -118,7 +117,6 @@ int main(int argc, char **argv) {
                 return 2;
             }
         }
-        t.config = mc;  // the command line, for cli_plan_finish's LoRA check
     } else {
         m.config = mc;
     }
@@ -143,7 +141,7 @@ int main(int argc, char **argv) {
     }
     printf("fsdp-plan: %s, %lld parameters%s, %d rank(s) x %d thread(s), %s, %d units%s, batch %d per rank x %d "
            "micro-steps, param %s, reduce %s\n",
-           in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, trainable, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
+           in.llama ? "Llama" : in.gpt2 ? "GPT-2" : "encoder stack", (long long)p.numel, trainable, in.world, in.threads, fsdp_strategy_name(cfg.strategy), p.units,
            in.activation_checkpointing ? ", activation checkpointing" : "", in.batch, in.grad_accum,
            in.param_bf16 ? "bf16" : "fp32", in.det_limbs ? "exact (--deterministic)" : in.reduce_bf16 ? "bf16" : "fp32");
     printf("per-rank peak memory (MiB):\n");

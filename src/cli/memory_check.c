@@ -80,7 +80,6 @@ static int check(const char *prog, const train_options *t, const minimal_options
     const cli_fsdp_options *f = t ? &t->fsdp : &m->fsdp;
     const cli_training_options *run = t ? &t->training : &m->training;
     if (run->no_memory_check || f->offload_dir || (t && t->eval_only)) return 0;
-    if (t && t->arch != 0) return 0;  // the planner's model is GPT-2's: no prediction for Llama shapes yet
     int N = fsdp_comm_size(world);
     fsdp_comm *node = NULL;  // this host's ranks
     if (fsdp_comm_split_node(world, &node) != FSDP_OK) return 0;

@@ -22,40 +22,103 @@ typedef struct {
     int in_parallel;  // attention's products, one (batch, head) per thread
 } gemm_shape;
 
-static double workspace_bytes(const fsdp_plan_input *in, int64_t C, int64_t F, int64_t V, int64_t N, int64_t T) {
+// The model's shape as the plan needs it, from the architecture's modules: the block's linear layers in
+// the plan's numbering (plan.h), its parameters, the parameters outside the blocks, and the floats per
+// row (of N = B x T) that a block, the Sequential's backward and the model keep.
+typedef struct {
+    int n_linear;                                                // the block's linear layers
+    int64_t in[FSDP_PLAN_MAX_LINEAR], out[FSDP_PLAN_MAX_LINEAR];  // (n_linear,) each layer's widths
+    int conv1d;           // weights stored (in, out) (GPT-2's Conv1D); else Linear's (out, in)
+    int head;             // an LM head: logits (N, V) = x (N, C) W^T (GPT-2's tied wte, Llama's lm_head)
+    int64_t hd;           // the attention's per-head width
+    int64_t block, root;  // parameters of one block (without adapters), and outside the blocks
+    int64_t block_rows;   // floats per row one block keeps for backward (fp32), besides attention's (B, H, T)
+    int64_t b16_rows;     // of those, kept in bf16 under bf16 mixed precision in a block without adapters
+    int64_t scratch_rows; // the block's backward scratch per row (nn_block_scratch_floats / N)
+} model_shape;
+
+// GPT-2 and the encoder stack: nn/transformer_block.c's blocks (QKV in one (3C, C) projection, biases
+// everywhere, two LayerNorms); per row ln1_out, qkv (3), attention's output, r1, out and ln2_out
+// (pre-LN) or r2 (post-LN): 8 C, f1 and act: 2 F, two norms' mean and rstd: 4 (out_proj's and fc2's
+// outputs are not kept). bf16 keeps the FFN activation and, pre-LN (GPT-2), both norms' outputs in bf16
+// (post-LN's first norm output is also a residual and stays fp32).
+// Llama (nn/llama_block.c on the same buffers): per row the two RMSNorms' outputs and rstd, the q, k, v
+// planes ((H + 2 KV) hd), the attention context (H hd), r1, gate, up and the SwiGLU output (3 F), out;
+// bf16 keeps both norms' outputs and the SwiGLU output in bf16.
+static model_shape shape_of(const fsdp_plan_input *in) {
+    model_shape s;
+    memset(&s, 0, sizeof s);
+    int64_t C = in->d_model, V = in->vocab, maxT = in->max_seq ? in->max_seq : in->seq;
+    if (in->llama) {
+        int64_t H = in->heads, KV = in->kv_heads, hd = in->head_dim, F = in->ffn;
+        int64_t io[7][2] = {{C, H * hd}, {C, KV * hd}, {C, KV * hd}, {H * hd, C}, {C, F}, {C, F}, {F, C}};
+        int bias[7] = {in->qkv_bias, in->qkv_bias, in->qkv_bias, in->o_bias, in->mlp_bias, in->mlp_bias, in->mlp_bias};
+        s.n_linear = 7;
+        s.block = 2 * C;  // input_layernorm, post_attention_layernorm
+        for (int i = 0; i < 7; i++) {
+            s.in[i] = io[i][0], s.out[i] = io[i][1];
+            s.block += io[i][0] * io[i][1] + (bias[i] ? io[i][1] : 0);
+        }
+        s.head = 1;
+        s.hd = hd;
+        s.root = V * C + C + (in->tie_embeddings ? 0 : V * C);  // embed_tokens, norm, lm_head
+        s.block_rows = 4 * C + 2 + (H + 2 * KV) * hd + H * hd + 3 * F;
+        s.b16_rows = F + 2 * C;
+        s.scratch_rows = 3 * C + H * hd + (H + 2 * KV) * hd + F;
+        return s;
+    }
+    int64_t F = in->gpt2 ? 4 * C : in->ffn;
+    int64_t io[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};
+    s.n_linear = 4;
+    s.block = 4 * C;  // two LayerNorms' weights and biases
+    for (int i = 0; i < 4; i++) {
+        s.in[i] = io[i][0], s.out[i] = io[i][1];
+        s.block += io[i][0] * io[i][1] + io[i][1];
+    }
+    s.conv1d = s.head = in->gpt2;
+    s.hd = C / (in->heads > 0 ? in->heads : 1);
+    s.root = in->gpt2 ? V * C + maxT * C + 2 * C : 0;  // wte, wpe, ln_f
+    s.block_rows = 8 * C + 2 * F + 4;
+    s.b16_rows = F + (in->gpt2 ? 2 * C : 0);
+    s.scratch_rows = 7 * C + F;
+    return s;
+}
+
+static double workspace_bytes(const fsdp_plan_input *in, const model_shape *s, int64_t C, int64_t V, int64_t N,
+                              int64_t T) {
     const double fp32_b = in->gemm_pack_b_bytes, fp32_a = in->gemm_pack_a_bytes;
     int threads = in->threads > 0 ? in->threads : 1;
     double fp32 = (threads > 1 ? fp32_b : 0.0) + threads * (fp32_b + fp32_a);
     if (!in->param_bf16) return fp32;
-    int64_t hd = C / (in->heads > 0 ? in->heads : 1);
-    int64_t io[4][2] = {{C, 3 * C}, {C, C}, {C, F}, {F, C}};  // (in, out) of the block's linear layers
-    // weight-gradient products no layer runs: a weight frozen in every block (or the tied head's)
+    int64_t hd = s->hd;
+    // weight-gradient products no layer runs: a weight frozen in every block (or the head's)
     int skip = in->block_train ? in->skip_dw : 0;
-    gemm_shape g[44];  // 4 x 3 products of the linear layers, 3 of the head, 2 of attention, 4 x 6 of adapters
+    // 3 products of each linear layer, 3 of the head, 2 of attention, 6 of each adapter
+    gemm_shape g[9 * FSDP_PLAN_MAX_LINEAR + 5];
     int n = 0;
-    for (int i = 0; i < 4; i++) {
-        int64_t a = io[i][0], b = io[i][1];
+    for (int i = 0; i < s->n_linear; i++) {
+        int64_t a = s->in[i], b = s->out[i];
         g[n++] = (gemm_shape){N, b, a, 0};                                          // forward
         g[n++] = (gemm_shape){N, a, b, 0};                                          // input gradient
         if (skip >> i & 1) continue;
-        g[n++] = in->gpt2 ? (gemm_shape){a, b, N, 0} : (gemm_shape){b, a, N, 0};  // weight gradient (Conv1D or Linear)
+        g[n++] = s->conv1d ? (gemm_shape){a, b, N, 0} : (gemm_shape){b, a, N, 0};  // weight gradient (Conv1D or Linear)
     }
     int64_t r = in->lora_rank;
     int lskip = in->block_train ? in->lora_skip : 0;
-    for (int i = 0; i < 4 && r > 0; i++) {  // the adapter's products (nn/lora.c), small ones included
+    for (int i = 0; i < s->n_linear && r > 0; i++) {  // the adapter's products (nn/lora.c), small ones included
         if (!(in->lora_targets >> i & 1)) continue;
-        int64_t a = io[i][0], b = io[i][1];
-        g[n++] = (gemm_shape){N, r, a, 0};                              // u = x A^T
-        g[n++] = (gemm_shape){N, b, r, 0};                              // out += u B^T
-        if (!(lskip >> (4 + i) & 1)) g[n++] = (gemm_shape){b, r, N, 0};  // dB += dout^T u
-        g[n++] = (gemm_shape){N, r, b, 0};                              // du = dout B
-        if (!(lskip >> i & 1)) g[n++] = (gemm_shape){r, a, N, 0};        // dA += du^T x
-        g[n++] = (gemm_shape){N, a, r, 0};                              // dx (+)= du A
+        int64_t a = s->in[i], b = s->out[i];
+        g[n++] = (gemm_shape){N, r, a, 0};                                              // u = x A^T
+        g[n++] = (gemm_shape){N, b, r, 0};                                              // out += u B^T
+        if (!(lskip >> (FSDP_PLAN_SKIP_DB + i) & 1)) g[n++] = (gemm_shape){b, r, N, 0};  // dB += dout^T u
+        g[n++] = (gemm_shape){N, r, b, 0};                                              // du = dout B
+        if (!(lskip >> i & 1)) g[n++] = (gemm_shape){r, a, N, 0};                        // dA += du^T x
+        g[n++] = (gemm_shape){N, a, r, 0};                                              // dx (+)= du A
     }
-    if (in->gpt2) {  // the tied LM head
+    if (s->head) {  // the LM head (GPT-2's tied wte, Llama's lm_head or tied embed_tokens)
         g[n++] = (gemm_shape){N, V, C, 0};
         g[n++] = (gemm_shape){N, C, V, 0};
-        if (!(skip >> 4 & 1)) g[n++] = (gemm_shape){V, C, N, 0};
+        if (!(skip & FSDP_PLAN_SKIP_HEAD)) g[n++] = (gemm_shape){V, C, N, 0};
     }
     g[n++] = (gemm_shape){T, T, hd, 1};
     g[n++] = (gemm_shape){T, hd, T, 1};
@@ -94,17 +157,17 @@ static double p2p_bytes(int64_t g, int64_t block, double esize) {
 fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
     fsdp_plan p;
     memset(&p, 0, sizeof p);
-    int64_t C = in->d_model, F = in->gpt2 ? 4 * C : in->ffn, L = in->layers, H = in->heads;
+    model_shape shape = shape_of(in);
+    int64_t C = in->d_model, L = in->layers, H = in->heads;
     int64_t V = in->vocab, T = in->seq, maxT = in->max_seq ? in->max_seq : in->seq;
-    int64_t block = 3 * C * C + 3 * C + C * C + C + C * F + F + F * C + C + 4 * C;
-    int64_t lora_in[4] = {C, C, C, F}, lora_out[4] = {3 * C, C, F, C};  // (in, out) of the block's linear layers
+    int64_t block = shape.block;
     int64_t lora_rows = 0;  // activation elements per row of N, all of one block's adapters
-    for (int i = 0; i < 4 && in->lora_rank > 0; i++) {
+    for (int i = 0; i < shape.n_linear && in->lora_rank > 0; i++) {
         if (!(in->lora_targets >> i & 1)) continue;
-        block += (int64_t)in->lora_rank * (lora_in[i] + lora_out[i]);  // A (R, in), B (out, R)
-        lora_rows += 2 * (int64_t)in->lora_rank + (in->lora_dropout ? 2 * lora_in[i] : 0);  // u, du; xd, dx
+        block += (int64_t)in->lora_rank * (shape.in[i] + shape.out[i]);  // A (R, in), B (out, R)
+        lora_rows += 2 * (int64_t)in->lora_rank + (in->lora_dropout ? 2 * shape.in[i] : 0);  // u, du; xd, dx
     }
-    int64_t root = in->gpt2 ? V * C + maxT * C + 2 * C : 0;
+    int64_t root = shape.root;
     p.numel = L * block + root;
     int replicated = in->strategy == FSDP_NO_SHARD || in->strategy == FSDP_DDP;
     int world = in->world > 0 ? in->world : 1;
@@ -222,26 +285,27 @@ fsdp_plan fsdp_plan_compute(const fsdp_plan_input *in) {
         p.unsharded = param_scale * (root_bytes + params_gathered) + root_grad_bytes + grads_unsharded;
     }
 
-    // activations (fp32): each block's buffers (nn/transformer_block.c), the Sequential's backward
-    // buffers (nn/sequential.c) and the model's own (nn/gpt2.c), or the tool's input (fsdp-minimal)
+    // activations (fp32): each block's buffers (nn/transformer_block.c ensure_buffers; shape_of says
+    // what they hold), the Sequential's backward buffers (nn/sequential.c) and the model's own
+    // (nn/gpt2.c, nn/llama.c), or the tool's input (fsdp-minimal)
     int64_t B = in->batch, N = B * T;
-    // per row: ln1_out, qkv (3), attention's output, r1, out and ln2_out (pre-LN) or r2 (post-LN): 8 C;
-    // f1 and act: 2 F; two norms' mean and rstd: 4. out_proj's and fc2's outputs are not kept.
-    double per_block = 4.0 * (double)(N * (8 * C + 2 * F + 4) + B * H * T);  // attention: (B, H, T) row stats
+    double per_block = 4.0 * (double)(N * shape.block_rows + B * H * T);  // attention: (B, H, T) row stats
     // bf16 mixed precision keeps the activations that only feed matrix products in bf16 (blocks without
-    // adapters, nn/transformer_block.c block_b16): the FFN activation, and pre-LN (GPT-2) the two norms'
-    // outputs; post-LN's first norm output is also a residual and stays fp32
-    if (in->param_bf16 && in->lora_rank <= 0) per_block -= 2.0 * (double)(N * (F + (in->gpt2 ? 2 * C : 0)));
+    // adapters, nn/transformer_block.c block_b16)
+    if (in->param_bf16 && in->lora_rank <= 0) per_block -= 2.0 * (double)(N * shape.b16_rows);
     double blocks = in->activation_checkpointing ? per_block + 4.0 * (double)(N * C) * (double)(L - 1)
                                                  : per_block * (double)L;
-    double sequential = 4.0 * (double)(2 * N * C + N * (7 * C + F));
-    double model = in->gpt2 ? 4.0 * (double)(N * (4 * C + V + 5) + 2 * N)
-                            : 4.0 * (double)(N * C * (in->grad_accum + 1));
+    double sequential = 4.0 * (double)(2 * N * C + N * shape.scratch_rows);  // two (N, C) gradients, the scratch
+    // GPT-2: emb, lnf_out, dx, demb (N, C), logits (N, V), lnf mean and rstd, losses, ce_stats (2), idx and
+    // targets; Llama the same with one norm statistic, and its rotary tables' cos and sin (max_seq, hd/2)
+    double model = in->gpt2    ? 4.0 * (double)(N * (4 * C + V + 5) + 2 * N)
+                   : in->llama ? 4.0 * (double)(N * (4 * C + V + 4) + 2 * N + maxT * shape.hd)
+                               : 4.0 * (double)(N * C * (in->grad_accum + 1));
     // the adapters' u, du (N, R) and with dropout xd, dx (N, in), kept per adapter in every block
     // (nn/lora.c ensure_buffers), recomputation or not
     double adapters = 4.0 * (double)(N * lora_rows) * (double)L;
     p.activations = blocks + sequential + model + adapters;
-    p.workspace = workspace_bytes(in, C, F, V, N, T);
+    p.workspace = workspace_bytes(in, &shape, C, V, N, T);
     p.total = p.params + p.grads + p.optimizer + p.unsharded + p.activations + p.communication + p.workspace;
 
     // bytes each rank sends per optimizer step (as fsdp_comm_stats counts them)

@@ -5,10 +5,22 @@
 #pragma once
 #include <stdint.h>
 
+// The block's linear layers as the plan numbers them (skip_dw, lora_targets, lora_skip): GPT-2 and the
+// encoder stack: 0 QKV in-projection, 1 attention out-projection, 2 FFN in, 3 FFN out; Llama: 0 q_proj,
+// 1 k_proj, 2 v_proj, 3 o_proj, 4 gate_proj, 5 up_proj, 6 down_proj (nn/llama.h's LLAMA_LORA_* bits)
+#define FSDP_PLAN_MAX_LINEAR 7
+#define FSDP_PLAN_SKIP_HEAD (1 << FSDP_PLAN_MAX_LINEAR)  // skip_dw: the LM head's weight gradient
+#define FSDP_PLAN_SKIP_DB 8                              // lora_skip: bit FSDP_PLAN_SKIP_DB + i, layer i's dB
+
 typedef struct {
-    int gpt2;             // 1: GPT-2 (fsdp-train), 0: the seed's encoder stack (fsdp-minimal)
-    int layers, d_model, heads, ffn;  // ffn: encoder dim_feedforward (GPT-2 uses 4 x d_model)
-    int vocab, seq, max_seq;          // GPT-2 (max_seq 0: seq)
+    int gpt2;             // 1: GPT-2 (fsdp-train), 0: the seed's encoder stack (fsdp-minimal) or Llama
+    int llama;            // 1: the Llama family (fsdp-train --arch llama; gpt2 0): RMSNorm, grouped-query
+                          // attention with q/k/v/o_proj, the SwiGLU MLP gate/up/down_proj of width ffn
+    int layers, d_model, heads, ffn;  // ffn: encoder dim_feedforward, Llama d_ff (GPT-2 uses 4 x d_model)
+    int vocab, seq, max_seq;          // GPT-2 and Llama (max_seq 0: seq; Llama's rotary tables have max_seq rows)
+    int kv_heads, head_dim;           // Llama: key/value heads, the per-head width hd
+    int tie_embeddings;               // Llama: lm_head is embed_tokens (no (V, C) head of its own)
+    int qkv_bias, o_bias, mlp_bias;   // Llama: biases on q/k/v_proj, on o_proj, on gate/up/down_proj
     int batch;            // rows per micro-step on one rank (fsdp-train --batch; fsdp-minimal: global / world / accum)
     int grad_accum;
     int world;
@@ -47,20 +59,21 @@ typedef struct {
     // every parameter trains (root_train and skip_dw are ignored).
     const int64_t *block_train;  // (layers,) trainable elements of each block, or NULL
     int64_t root_train;   // with block_train: trainable elements outside the blocks (GPT-2's wte, wpe, ln_f;
-                          // 0 for the encoder stack); blocks the wrap policy leaves unwrapped add theirs
+                          // Llama's embed_tokens, norm, lm_head; 0 for the encoder stack); blocks the wrap
+                          // policy leaves unwrapped add theirs
     int skip_dw;          // with block_train: weight-gradient GEMMs no layer runs (their weight frozen in every
-                          // block): bit i for the block's linear layer i (0 QKV in-projection, 1 attention
-                          // out-projection, 2 FFN in, 3 FFN out), bit 4 the tied LM head (GPT-2's wte.weight)
+                          // block): bit i for the block's linear layer i (FSDP_PLAN_MAX_LINEAR's numbering),
+                          // FSDP_PLAN_SKIP_HEAD the LM head (GPT-2's tied wte.weight, Llama's lm_head.weight)
     // LoRA (fsdp-train --lora-*, nn/lora.c): a rank-lora_rank adapter, A (R, in) and B (out, R), on each
     // targeted linear layer of every block, registered in the block (so in its unit, and in the wrap
     // decision's size); fsdp-train freezes every other parameter, which block_train, root_train and
     // skip_dw then say. Each adapter keeps its own activations from its first forward (with or without
     // activation checkpointing), and its six GEMMs use the same kernels' scratch. 0: no adapters.
     int lora_rank;
-    int lora_targets;     // bit i: the block's linear layer i has an adapter (skip_dw's numbering, bits 0..3)
+    int lora_targets;     // bit i: the block's linear layer i has an adapter (skip_dw's numbering)
     int lora_dropout;     // --lora-dropout > 0: each adapter also keeps dropout(x) and its gradient, (N, in) each
     int lora_skip;        // with block_train: adapter weight-gradient GEMMs no block runs: bit i layer i's dA
-                          // (its A frozen in every block), bit 4 + i its dB
+                          // (its A frozen in every block), bit FSDP_PLAN_SKIP_DB + i its dB
 } fsdp_plan_input;
 
 typedef struct {

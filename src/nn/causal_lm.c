@@ -34,6 +34,7 @@ int nn_lm_layers(const nn_lm *m) { return IS_LLAMA(m) ? m->llama.cfg.n_layer : m
 const char *nn_lm_hf_prefix(const nn_lm *m) { return IS_LLAMA(m) ? "" : "transformer."; }
 int nn_lm_conv1d(const nn_lm *m) { return !IS_LLAMA(m); }
 nn_param *nn_lm_embedding(nn_lm *m) { return IS_LLAMA(m) ? m->llama.embed.weight : m->gpt2.wte.weight; }
+nn_param *nn_lm_head(nn_lm *m) { return IS_LLAMA(m) ? m->llama.lm_head : m->gpt2.wte.weight; }
 
 const nn_lora *nn_lm_adapters(const nn_lm *m, int *n) {
     *n = IS_LLAMA(m) ? m->llama.n_lora : m->gpt2.n_lora;

@@ -28,6 +28,8 @@ int nn_lm_layers(const nn_lm *m);
 // The adapters attached (nn_lora, n of them) and the input embedding's weight
 const nn_lora *nn_lm_adapters(const nn_lm *m, int *n);
 nn_param *nn_lm_embedding(nn_lm *m);
+// The LM head's weight (V, C): GPT-2's tied wte.weight, Llama's lm_head.weight (embed_tokens when tied)
+nn_param *nn_lm_head(nn_lm *m);
 // The prefix of the model's names in its Hugging Face *ForCausalLM state_dict: "transformer." for
 // GPT2LMHeadModel (its files may carry it), "" for the Llama family (its names are already whole)
 const char *nn_lm_hf_prefix(const nn_lm *m);

@@ -12,14 +12,20 @@ code, so it is printed but not the yardstick). And both on a model with GPT-2's 
 2 layers, d_model 256, seq 128) at 1 and 2 ranks, fp32 and bf16, where the LM head dominates: the root
 unit's gradient through the shared-memory collectives' window, the bf16 GEMM's packed operands (K =
 vocabulary) and the heap's reuse of the root gradient's block each step, which the accounting once
-missed by 18% at 124M shapes. A missing number (an unprinted key) fails: close() rejects None."""
+missed by 18% at 124M shapes. A missing number (an unprinted key) fails: close() rejects None.
+The Llama family (--arch llama: grouped-query attention, untied head, SwiGLU, RMSNorm) on 1 and 2 ranks,
+fp32 and bf16, with activation checkpointing, LoRA, --freeze, tied embeddings with biases, HYBRID_SHARD:
+the same categories within the same tolerances; exactly: the parameter count, the activations in fp32,
+and LoRA's gradient shards; fsdp-plan train --init FILE (the shape from the file's tensors, as
+fsdp-train takes it) and --init DIR (a Hugging Face directory's config.json) = the flags' plan; fsdp-train's up-front memory check refuses a Llama run that
+fsdp-plan predicts will not fit."""
 import fnmatch
 import os
 import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "parity"))
-from fsdp_testlib import Checker, mpirun, parse_args, proc  # noqa: E402
+from fsdp_testlib import Checker, mpirun, parse_args, proc, tmpdir  # noqa: E402
 
 # Under the sanitizers (make test-asan sets SANITIZER_REPORTS_DIR) ASan's shadow memory, redzones and
 # quarantine are part of what the OS sees, so the accounting-vs-OS checks only run in the plain build;
@@ -305,7 +311,126 @@ def main():
             if OS_CHECKS:
                 chk.close(f"{label}: accounted peak vs the OS's data PSS", [measured.get("total")],
                           [os_mem.get("data_pss")], 0.10, 0)
+    llama_checks(args, chk)
     chk.report()
+
+
+# The Llama family: GQA (2 key/value heads for 4 query heads), an untied head, SwiGLU of width 160
+LLAMA = ["--arch", "llama", "--layers", "3", "--d-model", "64", "--heads", "4", "--kv-heads", "2", "--d-ff", "160",
+         "--seq", "32", "--vocab", "256"]
+LLAMA_RUN = ["--batch", "4", "--steps", "2", "--threads", "1", "--summary"]
+BF16 = ["--mixed-precision", "bf16"]
+LLAMA_CASES = [  # world, extra flags
+    (1, []), (2, []), (1, BF16), (2, BF16), (2, ["--activation-checkpointing"]),
+    (2, ["--activation-checkpointing"] + BF16), (2, ["--lora-rank", "4"]),
+    (2, ["--lora-rank", "8", "--lora-targets", "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"] + BF16),
+    (2, ["--lora-rank", "4", "--lora-dropout", "0.1", "--activation-checkpointing"]),
+    (2, ["--freeze", "model.layers.0.*,lm_head.weight"] + BF16),
+    (2, ["--tie-embeddings", "--attention-bias", "--mlp-bias"]),
+    (4, ["--strategy", "hybrid_shard", "--shard-group-size", "2"]),
+]
+LLAMA_TARGETS = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                 "mlp.up_proj", "mlp.down_proj"]
+
+
+def llama_units(layers, C, H, KV, hd, F, V, tied=False, lora_rank=0, lora_targets=("q_proj", "v_proj")):
+    """The Llama model's parameters (name, numel) by FSDP unit (transformer wrap): the decoder layers
+    model.layers.N (with each targeted projection's lora_A (R, in) and lora_B (out, R)), then the root."""
+    io = dict(zip(LLAMA_TARGETS, [(C, H * hd), (C, KV * hd), (C, KV * hd), (H * hd, C), (C, F), (C, F), (F, C)]))
+    units = []
+    for i in range(layers):
+        unit = [(f"model.layers.{i}.input_layernorm.weight", C), (f"model.layers.{i}.post_attention_layernorm.weight", C)]
+        unit += [(f"model.layers.{i}.{site}.weight", n_in * n_out) for site, (n_in, n_out) in io.items()]
+        for site, (n_in, n_out) in io.items():
+            if lora_rank and site.split(".")[1] in lora_targets:
+                unit += [(f"model.layers.{i}.{site}.lora_A.weight", lora_rank * n_in),
+                         (f"model.layers.{i}.{site}.lora_B.weight", n_out * lora_rank)]
+        units.append(unit)
+    root = [("model.embed_tokens.weight", V * C), ("model.norm.weight", C)] + ([] if tied else [("lm_head.weight", V * C)])
+    return units + [root]
+
+
+def plan_numel(stdout):
+    """The model's parameters as fsdp-plan's first line names them ("fsdp-plan: Llama, N parameters")."""
+    m = re.search(r"^fsdp-plan: [^,]*, ([0-9]+) parameters", stdout, re.M)
+    return int(m.group(1)) if m else None
+
+
+def llama_checks(args, chk):
+    train, plan = os.path.join(args.bin, "fsdp-train"), os.path.join(args.bin, "fsdp-plan")
+    tmp = tmpdir()
+    saved = os.path.join(tmp, "llama.safetensors")
+    saved_dir = os.path.join(tmp, "llama-hf")  # a Hugging Face directory: config.json + model.safetensors
+    runs = {}
+    for world, extra in LLAMA_CASES:
+        label = f"Llama, {world} rank(s) {' '.join(extra) or 'full_shard fp32'}"
+        save = {(1, ()): ["--save", saved], (2, ()): ["--save", saved_dir]}.get((world, tuple(extra)), [])
+        r = mpirun(world, [train] + LLAMA + LLAMA_RUN + extra + save)
+        measured = numbers(r.stdout, "memory rank 0:")
+        measured["total"] = measured.pop("total_peak", None)
+        p = proc([plan, "train", "--world-size", str(world)] + LLAMA + LLAMA_RUN + extra)
+        predicted = numbers(p.stdout, "prediction:")
+        runs[(world, tuple(extra))] = (measured, predicted, r.stdout, p.stdout)
+        for which, nums in (("measured", measured), ("planned ", predicted)):
+            print(f"{label}: {which} " + " ".join(f"{k} {nums[k]:.0f}" for k in KEYS if nums.get(k) is not None))
+        for k in KEYS:
+            chk.close(f"{label}: {k}", [predicted.get(k)], [measured.get(k)], 0.10, 64)
+        if not extra or extra == ["--activation-checkpointing"]:  # fp32: every activation buffer (the loss's 8 B aside)
+            chk.close(f"{label}: activations exactly", [predicted.get("activations_peak")],
+                      [measured.get("activations_peak")], 0, 64)
+    # the parameter count: the formula's, fsdp-train's and fsdp-plan's
+    for extra, tied in (([], False), (["--tie-embeddings", "--attention-bias", "--mlp-bias"], True)):
+        _, _, train_out, plan_out = runs[(2, tuple(extra))]
+        units = llama_units(3, 64, 4, 2, 16, 160, 256, tied=tied)
+        want = sum(k for u in units for _, k in u)
+        if extra:  # q/k/v/o biases (4 x 16 x (4, 2, 2) and 64) and gate/up/down's (160, 160, 64), per layer
+            want += 3 * (16 * (4 + 2 + 2) + 64 + 160 + 160 + 64)
+        m = re.search(r"^total: ([0-9]+) parameters", train_out, re.M)
+        got_train = int(m.group(1)) if m else None
+        chk.true(f"Llama {' '.join(extra) or 'untied'}: {want} parameters, fsdp-train's and fsdp-plan's",
+                 got_train == want and plan_numel(plan_out) == want, f"train {got_train}, plan {plan_numel(plan_out)}")
+    # LoRA: gradients and moments of the adapters' shards exactly, the adapters in the layers' units
+    for extra, targets in ((["--lora-rank", "4"], ("q_proj", "v_proj")),
+                           (["--lora-rank", "8", "--lora-targets", ",".join(t.split(".")[1] for t in LLAMA_TARGETS)]
+                            + BF16, tuple(t.split(".")[1] for t in LLAMA_TARGETS))):
+        measured, predicted, _, _ = runs[(2, tuple(extra))]
+        units = llama_units(3, 64, 4, 2, 16, 160, 256, lora_rank=int(extra[1]), lora_targets=targets)
+        n = trainable_shard(units, [], 2, lora=True)
+        chk.true(f"Llama {' '.join(extra)}: some adapter shard elements", n > 0, str(n))
+        for k, per in (("gradients", 4), ("optimizer", 8)):
+            for which, nums in (("predicted", predicted), ("measured", measured)):
+                chk.close(f"Llama {' '.join(extra)}: {which} {k} = {per} x adapter shard elements", [nums.get(k)],
+                          [float(per * n)], 0, 0)
+    # --init FILE: the architecture and the shape from the file (its tensors and recorded configuration)
+    by_flags = runs[(1, ())][1]
+    p = proc([plan, "train", "--world-size", "1", "--init", saved, "--seq", "32"] + LLAMA_RUN)
+    by_file = numbers(p.stdout, "prediction:")
+    chk.true("fsdp-plan train --init llama.safetensors (no --arch, no shape flags): plans Llama",
+             p.stdout.startswith("fsdp-plan: Llama,"), p.stdout[:200])
+    for k in KEYS:
+        chk.close(f"fsdp-plan --init llama.safetensors: {k} = the flags' plan", [by_file.get(k)], [by_flags.get(k)], 0, 0)
+    # --init DIR: the architecture and the shape from the directory's config.json alone
+    p = proc([plan, "train", "--world-size", "2", "--init", saved_dir, "--seq", "32"] + LLAMA_RUN)
+    by_dir = numbers(p.stdout, "prediction:")
+    chk.true("fsdp-plan train --init llama-hf/ (a Hugging Face directory): plans Llama",
+             p.stdout.startswith("fsdp-plan: Llama,"), p.stdout[:200])
+    for k in KEYS:
+        chk.close(f"fsdp-plan --init llama-hf/: {k} = the flags' plan", [by_dir.get(k)], [runs[(2, ())][1].get(k)], 0, 0)
+    # fsdp-train's up-front memory check holds a Llama run to the same prediction
+    total = by_flags.get("total") or 0.0
+    flags = LLAMA + ["--batch", "4", "--steps", "1", "--threads", "1"]
+    r = proc([train] + flags, expect_ok=False, env={"FSDP_TEST_MEM_AVAILABLE": repr(total - 1.0)})
+    chk.true("fsdp-train --arch llama, 1 byte less available than fsdp-plan predicts: refused (exit 2, one line)",
+             r.returncode == 2 and "MiB per rank" in r.stderr and len(r.stderr.strip().splitlines()) == 1,
+             f"rc {r.returncode}: {r.stderr[-400:]}")
+    r = proc([train] + flags, expect_ok=False, env={"FSDP_TEST_MEM_AVAILABLE": repr(total)})
+    chk.true("fsdp-train --arch llama, exactly the prediction available: runs", r.returncode == 0 and "step 0" in r.stdout,
+             f"rc {r.returncode}: {r.stderr[-400:]}")
+    # a Llama shape fsdp-train refuses: the same one line from fsdp-plan
+    p = proc([plan, "train"] + LLAMA + ["--kv-heads", "3"], expect_ok=False)
+    chk.true("fsdp-plan train --arch llama --kv-heads 3: exit 2 and one line naming --kv-heads",
+             p.returncode == 2 and "--kv-heads 3" in p.stderr and len(p.stderr.strip().splitlines()) == 1,
+             f"exit {p.returncode}, stderr {p.stderr!r}")
 
 
 if __name__ == "__main__":
