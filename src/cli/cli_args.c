@@ -264,6 +264,32 @@ int cli_value_text(const cli_arg *a, char *buf, size_t cap) {
     return 0;
 }
 
+// The copies cli_value_set made of string values: (n_owned,) each a NUL-terminated string that some
+// flag's target points at. A value set again (a --config file's, then a directory's config.json) frees
+// the copy it replaces; the rest stay reachable from here until the process ends.
+static char **owned;
+static int n_owned, cap_owned;
+
+static int own_string(const char **target, char *copy) {
+    for (int i = 0; i < n_owned; i++)
+        if (owned[i] == *target) {
+            free(owned[i]);
+            owned[i] = copy;
+            *target = copy;
+            return 0;
+        }
+    if (n_owned == cap_owned) {
+        int cap = cap_owned ? 2 * cap_owned : 16;
+        char **grown = realloc(owned, (size_t)cap * sizeof *grown);
+        if (!grown) return -1;
+        owned = grown;
+        cap_owned = cap;
+    }
+    owned[n_owned++] = copy;
+    *target = copy;
+    return 0;
+}
+
 int cli_value_set(const cli_arg *a, const char *text) {
     int v = 0;
     if (a->type == ARG_INT) {
@@ -280,8 +306,10 @@ int cli_value_set(const cli_arg *a, const char *text) {
         if ((v = choice_index(a->choices, text)) < 0) return -1;
     } else if (a->type == ARG_STRING) {  // copied: the text may be a file's, freed before the flag is read
         char *copy = strdup(text);
-        if (!copy) return -1;
-        *(const char **)a->target = copy;  // lives until the process ends, as the command line's strings
+        if (!copy || own_string((const char **)a->target, copy) != 0) {
+            free(copy);
+            return -1;
+        }
         return 0;
     } else if (a->type == ARG_FLOAT) {
         char *end = NULL;
