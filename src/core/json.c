@@ -1,6 +1,6 @@
-// json.c: the pieces of a JSON parser the readers need (safetensors headers, tokenizer vocabularies):
-// whitespace, punctuation, strings with every escape decoded (surrogate pairs joined, NUL rejected) and
-// object keys; messages name the file and the byte.
+// json.c: the pieces of a JSON parser the readers need (safetensors headers, vocab.json, json_value's
+// documents): whitespace, punctuation, strings with every escape decoded (surrogate pairs joined, NUL
+// rejected), object keys and array separators; messages name the file and the byte.
 #include "core/json.h"
 
 #include <ctype.h>
@@ -17,8 +17,11 @@ fsdp_status json_error(const json_parser *p, const char *what) {
 
 // Skips whitespace and returns the next character, or -1 at the end.
 int json_peek(json_parser *p) {
-    while (p->pos < p->n && p->s[p->pos] && strchr(" \t\r\n", p->s[p->pos])) p->pos++;
-    return p->pos < p->n ? (unsigned char)p->s[p->pos] : -1;
+    for (; p->pos < p->n; p->pos++) {
+        char c = p->s[p->pos];
+        if (c != ' ' && c != '\t' && c != '\r' && c != '\n') return (unsigned char)c;
+    }
+    return -1;
 }
 
 // Consumes character c (after whitespace) or fails.
@@ -87,7 +90,7 @@ fsdp_status json_string(json_parser *p, char **out) {
     while (end < p->n && p->s[end] != '"') end += p->s[end] == '\\' ? 2 : 1;
     if (end >= p->n) return json_error(p, "unterminated string");
     char *o = malloc(end - start + 1);  // decoding never makes a string longer
-    if (!o) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the header", p->path);
+    if (!o) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the %s", p->path, p->what);
     size_t k = 0;
     const char *bad = NULL;
     while (p->pos < end && !bad) {
@@ -106,15 +109,30 @@ fsdp_status json_string(json_parser *p, char **out) {
     return FSDP_OK;
 }
 
+// Before an item of an array or a member of an object (its opening bracket consumed): sets *more = 0
+// after consuming the closing bracket `close`, else *more = 1 after consuming the ',' that comes before
+// every item but the first. *first is 1 before the first item.
+static fsdp_status separator(json_parser *p, int *first, char close, int *more) {
+    int c = json_peek(p);
+    *more = c != (unsigned char)close;
+    if (!*more) return json_expect(p, close);
+    if (!*first && c != ',') {
+        char msg[32];
+        snprintf(msg, sizeof msg, "expected ',' or '%c'", close);
+        return json_error(p, msg);
+    }
+    p->pos += !*first;
+    *first = 0;
+    return FSDP_OK;
+}
+
 // Inside an object whose '{' is consumed: parses the next `"key":` into a malloc'd *key, or sets
 // *key = NULL after consuming the closing '}'. *first is 1 before the first key.
 fsdp_status json_key(json_parser *p, int *first, char **key) {
+    int more;
     *key = NULL;
-    int c = json_peek(p);
-    if (c == '}') return json_expect(p, '}');
-    if (!*first && c != ',') return json_error(p, "expected ',' or '}'");
-    p->pos += !*first;
-    *first = 0;
+    FSDP_CHECK(separator(p, first, '}', &more));
+    if (!more) return FSDP_OK;
     FSDP_CHECK(json_string(p, key));
     fsdp_status s = json_expect(p, ':');
     if (s != FSDP_OK) {
@@ -124,3 +142,6 @@ fsdp_status json_key(json_parser *p, int *first, char **key) {
     return s;
 }
 
+// Inside an array whose '[' is consumed: sets *more = 1 when an item follows (consuming the ',' before
+// it), or *more = 0 after consuming the closing ']'. *first is 1 before the first item.
+fsdp_status json_item(json_parser *p, int *first, int *more) { return separator(p, first, ']', more); }

@@ -1,7 +1,9 @@
-// json_value.c: a JSON document into a json_value tree (json_value.h), on json.h's strings and keys.
+// json_value.c: a JSON document into a json_value tree (json_value.h), on json.h's strings, keys and
+// separators; linear in the text (arrays grow by doubling, repeated keys are found by hashing).
 #include "core/json_value.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,9 +67,19 @@ static fsdp_status parse_number(json_parser *p, json_value *v) {
     }
     char buf[64];
     if (i - b >= sizeof buf) return json_error(p, "number too long");
+    v->type = JSON_NUMBER;
+    int neg = s[b] == '-';
+    if (integral && i - b - (size_t)neg <= 18) {  // below 2^63: exact, and rounded to double as strtod does
+        uint64_t x = 0;
+        for (size_t k = b + (size_t)neg; k < i; k++) x = x * 10 + (uint64_t)(s[k] - '0');
+        v->is_integer = 1;
+        v->integer = neg ? -(int64_t)x : (int64_t)x;
+        v->number = neg ? -(double)(int64_t)x : (double)(int64_t)x;  // "-0": -0.0, as strtod
+        p->pos = i;
+        return FSDP_OK;
+    }
     memcpy(buf, s + b, i - b);
     buf[i - b] = 0;
-    v->type = JSON_NUMBER;
     v->number = strtod(buf, NULL);
     if (integral) {
         errno = 0;
@@ -81,51 +93,96 @@ static fsdp_status parse_number(json_parser *p, json_value *v) {
 
 static fsdp_status parse_value(json_parser *p, json_value *v, int depth);
 
-// The items of an array or the members of an object (the opening bracket at the position) into v.
-static fsdp_status parse_container(json_parser *p, json_value *v, int depth, int object) {
-    int cap = 0, first = 1;
-    v->type = object ? JSON_OBJECT : JSON_ARRAY;
-    p->pos++;
-    if (!object && json_peek(p) == ']') {
-        p->pos++;
+// The keys of an object being parsed, for the repeated-key check: while it has fewer than KEY_SCAN members
+// a scan of them, then an open-addressing table (linear probing, at most half full) of their indices.
+enum { KEY_SCAN = 16 };
+typedef struct {
+    uint32_t tag;  // the hash's high half: most keys that differ are told apart without a strcmp
+    int index;     // the key's index in the object + 1, or 0 where the slot is empty
+} key_slot;
+typedef struct {
+    key_slot *slot;  // (cap,)
+    size_t cap;      // a power of two
+} key_set;
+
+static uint64_t key_hash(const char *s) {  // FNV-1a
+    uint64_t h = 0xcbf29ce484222325u;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 0x100000001b3u;
+    return h;
+}
+
+// The slot of key (hash h) in keys (the object's, indexed by the table), or the empty slot where it
+// would go.
+static key_slot *key_find(const key_set *ks, char *const *keys, const char *key, uint64_t h) {
+    size_t m = ks->cap - 1, i = (size_t)h & m;
+    for (; ks->slot[i].index; i = (i + 1) & m)
+        if (ks->slot[i].tag == (uint32_t)(h >> 32) && !strcmp(keys[ks->slot[i].index - 1], key)) break;
+    return &ks->slot[i];
+}
+
+// Fails (at the position, after the key's ':') where key repeats a key of object v; else records it as
+// the key of member v->count. Linear in all: the first KEY_SCAN keys are scanned, later ones hashed.
+static fsdp_status check_key(json_parser *p, key_set *ks, const json_value *v, const char *key) {
+    int n = v->count;
+    if (n < KEY_SCAN) {
+        for (int i = 0; i < n; i++)
+            if (!strcmp(v->keys[i], key)) return json_error(p, "repeated object key");
         return FSDP_OK;
     }
+    if (2 * ((size_t)n + 1) > ks->cap) {  // (re)build the table, twice as large, from the keys so far
+        size_t cap = ks->cap ? 2 * ks->cap : 4 * KEY_SCAN;
+        key_slot *slot = calloc(cap, sizeof *slot);
+        if (!slot) return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the %s", p->path, p->what);
+        free(ks->slot);
+        *ks = (key_set){slot, cap};
+        for (int i = 0; i < n; i++) {
+            uint64_t h = key_hash(v->keys[i]);
+            *key_find(ks, v->keys, v->keys[i], h) = (key_slot){(uint32_t)(h >> 32), i + 1};
+        }
+    }
+    uint64_t h = key_hash(key);
+    key_slot *e = key_find(ks, v->keys, key, h);
+    if (e->index) return json_error(p, "repeated object key");
+    *e = (key_slot){(uint32_t)(h >> 32), n + 1};
+    return FSDP_OK;
+}
+
+// Room for one more item (and key) in v; *cap: the slots allocated. Doubling, so that n items cost O(n).
+static fsdp_status grow(json_parser *p, json_value *v, int *cap) {
+    int nc = *cap ? 2 * *cap : 8;
+    json_value *items = *cap <= INT_MAX / 2 ? realloc(v->items, sizeof *items * (size_t)nc) : NULL;
+    if (items) v->items = items;
+    char **keys = v->type == JSON_OBJECT && items ? realloc(v->keys, sizeof *keys * (size_t)nc) : NULL;
+    if (keys) v->keys = keys;
+    if (!items || (v->type == JSON_OBJECT && !keys))
+        return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the %s", p->path, p->what);
+    *cap = nc;
+    return FSDP_OK;
+}
+
+// The items of an array or the members of an object (the opening bracket at the position) into v.
+static fsdp_status parse_container(json_parser *p, json_value *v, int depth, int object) {
+    int cap = 0, first = 1, more = 1;
+    key_set seen = {NULL, 0};
+    fsdp_status s;
+    v->type = object ? JSON_OBJECT : JSON_ARRAY;
+    p->pos++;
     for (;;) {
         char *key = NULL;
-        if (object) {
-            FSDP_CHECK(json_key(p, &first, &key));
-            if (!key) return FSDP_OK;
-            if (json_get(v, key)) {
-                fsdp_status s = json_error(p, "repeated object key");
-                free(key);
-                return s;
-            }
-        }
-        if (v->count == cap) {
-            int nc = cap ? 2 * cap : 8;
-            json_value *items = realloc(v->items, sizeof *items * (size_t)nc);
-            if (items) v->items = items;
-            char **keys = object && items ? realloc(v->keys, sizeof *keys * (size_t)nc) : NULL;
-            if (keys) v->keys = keys;
-            if (!items || (object && !keys)) {
-                free(key);
-                return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory parsing the %s", p->path, p->what);
-            }
-            cap = nc;
+        s = object ? json_key(p, &first, &key) : json_item(p, &first, &more);
+        if (s != FSDP_OK || (object ? !key : !more)) break;
+        if ((object && (s = check_key(p, &seen, v, key)) != FSDP_OK) ||
+            (v->count == cap && (s = grow(p, v, &cap)) != FSDP_OK)) {
+            free(key);
+            break;
         }
         json_value *item = memset(&v->items[v->count], 0, sizeof *item);
         if (object) v->keys[v->count] = key;
         v->count++;  // counted now: json_value_free frees a half-parsed item too
-        FSDP_CHECK(parse_value(p, item, depth + 1));
-        if (object) continue;
-        int c = json_peek(p);
-        if (c == ']') {
-            p->pos++;
-            return FSDP_OK;
-        }
-        if (c != ',') return json_error(p, "expected ',' or ']'");
-        p->pos++;
+        if ((s = parse_value(p, item, depth + 1)) != FSDP_OK) break;
     }
+    free(seen.slot);
+    return s;
 }
 
 static fsdp_status parse_value(json_parser *p, json_value *v, int depth) {

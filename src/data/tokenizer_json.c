@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "core/json.h"
-#include "core/json_tree.h"
+#include "core/json_value.h"
 #include "data/tokenizer_json_impl.h"
 
 enum { MAX_VOCAB = 1 << 24 };  // ids beyond this are taken for a malformed file
@@ -23,22 +23,25 @@ static fsdp_status bad(const loader *ld, const char *what, const char *detail) {
 
 static fsdp_status nomem(const loader *ld) { return fsdp_error(FSDP_ERR_NOMEM, "%s: out of memory", ld->path); }
 
-static const char *type_of(const json_node *v) { return json_tree_str(json_tree_get(v, "type")); }
+// The string of v, or NULL (v NULL or no string)
+static const char *str_of(const json_value *v) { return v && v->type == JSON_STRING ? v->string : NULL; }
+
+static const char *type_of(const json_value *v) { return str_of(json_get(v, "type")); }
 
 // A boolean member (absent or null: dflt); *out. A member of another type is an error naming it.
-static fsdp_status get_bool(const loader *ld, const json_node *v, const char *key, int dflt, int *out) {
-    const json_node *m = json_tree_get(v, key);
+static fsdp_status get_bool(const loader *ld, const json_value *v, const char *key, int dflt, int *out) {
+    const json_value *m = json_get(v, key);
     *out = dflt;
-    if (!m || m->type == JT_NULL) return FSDP_OK;
-    if (m->type != JT_TRUE && m->type != JT_FALSE)
+    if (!m || m->type == JSON_NULL) return FSDP_OK;
+    if (m->type != JSON_BOOL)
         return fsdp_error(FSDP_ERR_FORMAT, "%s: '%s' must be true or false", ld->path, key);
-    *out = m->type == JT_TRUE;
+    *out = m->boolean;
     return FSDP_OK;
 }
 
 // A non-negative integer below MAX_VOCAB (a token id or count), or -1
-static int64_t get_id(const json_node *v) {
-    if (!v || v->type != JT_NUMBER || v->number < 0 || v->number >= MAX_VOCAB || v->number != (double)(int64_t)v->number)
+static int64_t get_id(const json_value *v) {
+    if (!v || v->type != JSON_NUMBER || v->number < 0 || v->number >= MAX_VOCAB || v->number != (double)(int64_t)v->number)
         return -1;
     return (int64_t)v->number;
 }
@@ -70,9 +73,9 @@ static fsdp_status set_token(loader *ld, int64_t id, const char *s) {
 }
 
 // "String": a literal (compiled as a regex of escaped characters) or "Regex"
-static fsdp_status compile_pattern(loader *ld, const json_node *pattern, const char *what, tok_regex **re) {
-    const char *lit = json_tree_str(json_tree_get(pattern, "String"));
-    const char *rx = json_tree_str(json_tree_get(pattern, "Regex"));
+static fsdp_status compile_pattern(loader *ld, const json_value *pattern, const char *what, tok_regex **re) {
+    const char *lit = str_of(json_get(pattern, "String"));
+    const char *rx = str_of(json_get(pattern, "Regex"));
     if (!lit && !rx) return bad(ld, what, ": its pattern must be {\"String\": ...} or {\"Regex\": ...}");
     char where[600];
     snprintf(where, sizeof where, "%s: %s", ld->path, what);
@@ -94,54 +97,53 @@ static fsdp_status compile_pattern(loader *ld, const json_node *pattern, const c
 
 // ---- model
 
-static fsdp_status load_model(loader *ld, const json_node *model) {
+static fsdp_status load_model(loader *ld, const json_value *model) {
     tok_json *j = ld->j;
     const char *type = type_of(model);
-    if (!model || model->type != JT_OBJECT) return bad(ld, "no \"model\" object", NULL);
+    if (!model || model->type != JSON_OBJECT) return bad(ld, "no \"model\" object", NULL);
     if (type && strcmp(type, "BPE") != 0) return bad(ld, "model type is not supported (only BPE): '", type);
-    const json_node *vocab = json_tree_get(model, "vocab"), *merges = json_tree_get(model, "merges");
-    if (!vocab || vocab->type != JT_OBJECT) return bad(ld, "model.vocab must be an object (token -> id)", NULL);
-    if (!merges || merges->type != JT_ARRAY) return bad(ld, "model.merges must be an array", NULL);
-    const json_node *dropout = json_tree_get(model, "dropout");
-    if (dropout && dropout->type != JT_NULL && !(dropout->type == JT_NUMBER && dropout->number == 0))
+    const json_value *vocab = json_get(model, "vocab"), *merges = json_get(model, "merges");
+    if (!vocab || vocab->type != JSON_OBJECT) return bad(ld, "model.vocab must be an object (token -> id)", NULL);
+    if (!merges || merges->type != JSON_ARRAY) return bad(ld, "model.merges must be an array", NULL);
+    const json_value *dropout = json_get(model, "dropout");
+    if (dropout && dropout->type != JSON_NULL && !(dropout->type == JSON_NUMBER && dropout->number == 0))
         return bad(ld, "model.dropout is not supported (encoding would be random)", NULL);
     const char *fixes[2] = {"continuing_subword_prefix", "end_of_word_suffix"};
     for (int i = 0; i < 2; i++) {
-        const char *v = json_tree_str(json_tree_get(model, fixes[i]));
+        const char *v = str_of(json_get(model, fixes[i]));
         if (v && *v) return bad(ld, fixes[i], " is not supported with BPE");
     }
     FSDP_CHECK(get_bool(ld, model, "byte_fallback", 0, &j->byte_fallback));
     FSDP_CHECK(get_bool(ld, model, "fuse_unk", 0, &j->fuse_unk));
     FSDP_CHECK(get_bool(ld, model, "ignore_merges", 0, &j->ignore_merges));
-    for (size_t i = 0; i < vocab->count; i++) {
+    for (int i = 0; i < vocab->count; i++) {
         int64_t id = get_id(&vocab->items[i]);
         if (id < 0) return bad(ld, "model.vocab: the id of a token is not an integer in [0, 16777215]: '", vocab->keys[i]);
-        int dup = 0;
+        int dup = 0;  // stays 0: json_parse has refused a repeated key
         char *key = dup_str(vocab->keys[i]);
-        if (!key || (!tok_str_put(&j->strs, key, (int32_t)id, &dup) && !dup)) return nomem(ld);
-        if (dup) return bad(ld, "model.vocab lists a token twice: '", vocab->keys[i]);
+        if (!key || !tok_str_put(&j->strs, key, (int32_t)id, &dup)) return nomem(ld);
         if (id < j->vocab && j->token[id]) return bad(ld, "model.vocab gives one id to two tokens: '", vocab->keys[i]);
         FSDP_CHECK(set_token(ld, id, vocab->keys[i]));
     }
-    const char *unk = json_tree_str(json_tree_get(model, "unk_token"));
+    const char *unk = str_of(json_get(model, "unk_token"));
     j->unk = unk ? tok_str_find(&j->strs, unk, strlen(unk)) : -1;
     if (unk && j->unk < 0) return bad(ld, "model.unk_token is not in model.vocab: '", unk);
     if (!tok_merge_init(&j->merges, merges->count)) return nomem(ld);
     char *joined = NULL;
     fsdp_status s = FSDP_OK;
-    for (size_t i = 0; i < merges->count && s == FSDP_OK; i++) {
-        const json_node *m = &merges->items[i];
+    for (int i = 0; i < merges->count && s == FSDP_OK; i++) {
+        const json_value *m = &merges->items[i];
         const char *a = NULL, *b = NULL;
         size_t na = 0, nb = 0;
-        if (m->type == JT_STRING) {  // "a b"
-            const char *sp = strchr(m->str, ' ');
-            if (sp && !strchr(sp + 1, ' ')) a = m->str, na = (size_t)(sp - m->str), b = sp + 1, nb = strlen(b);
-        } else if (m->type == JT_ARRAY && m->count == 2 && m->items[0].type == JT_STRING &&
-                   m->items[1].type == JT_STRING) {  // ["a", "b"]
-            a = m->items[0].str, na = strlen(a), b = m->items[1].str, nb = strlen(b);
+        if (m->type == JSON_STRING) {  // "a b"
+            const char *sp = strchr(m->string, ' ');
+            if (sp && !strchr(sp + 1, ' ')) a = m->string, na = (size_t)(sp - m->string), b = sp + 1, nb = strlen(b);
+        } else if (m->type == JSON_ARRAY && m->count == 2 && m->items[0].type == JSON_STRING &&
+                   m->items[1].type == JSON_STRING) {  // ["a", "b"]
+            a = m->items[0].string, na = strlen(a), b = m->items[1].string, nb = strlen(b);
         }
         char what[64];
-        snprintf(what, sizeof what, "model.merges[%zu]", i);
+        snprintf(what, sizeof what, "model.merges[%d]", i);
         if (!a) {
             s = bad(ld, what, ": expected \"a b\" or [\"a\", \"b\"]");
             break;
@@ -164,16 +166,16 @@ static fsdp_status load_model(loader *ld, const json_node *model) {
     return s;
 }
 
-static fsdp_status load_added(loader *ld, const json_node *list) {
+static fsdp_status load_added(loader *ld, const json_value *list) {
     tok_json *j = ld->j;
-    if (!list || list->type == JT_NULL) return FSDP_OK;
-    if (list->type != JT_ARRAY) return bad(ld, "added_tokens must be an array", NULL);
-    j->added = calloc(list->count ? list->count : 1, sizeof *j->added);
+    if (!list || list->type == JSON_NULL) return FSDP_OK;
+    if (list->type != JSON_ARRAY) return bad(ld, "added_tokens must be an array", NULL);
+    j->added = calloc(list->count ? (size_t)list->count : 1, sizeof *j->added);
     if (!j->added) return nomem(ld);
-    for (size_t i = 0; i < list->count; i++) {
-        const json_node *a = &list->items[i];
-        const char *content = json_tree_str(json_tree_get(a, "content"));
-        int64_t id = get_id(json_tree_get(a, "id"));
+    for (int i = 0; i < list->count; i++) {
+        const json_value *a = &list->items[i];
+        const char *content = str_of(json_get(a, "content"));
+        int64_t id = get_id(json_get(a, "id"));
         if (!content || !*content || id < 0) return bad(ld, "added_tokens: an entry without a content string or an integer id", NULL);
         tj_added *t = &j->added[j->nadded];
         int single = 0;
@@ -199,27 +201,27 @@ static fsdp_status load_added(loader *ld, const json_node *list) {
 
 // ---- normalizers, pre-tokenizers, decoders, post-processor
 
-static fsdp_status load_normalizer(loader *ld, const json_node *v) {
+static fsdp_status load_normalizer(loader *ld, const json_value *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JT_NULL) return FSDP_OK;
+    if (!v || v->type == JSON_NULL) return FSDP_OK;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a normalizer without a type", NULL);
     if (strcmp(type, "Sequence") == 0) {
-        const json_node *list = json_tree_get(v, "normalizers");
-        if (!list || list->type != JT_ARRAY) return bad(ld, "normalizer Sequence without a normalizers array", NULL);
-        for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_normalizer(ld, &list->items[i]));
+        const json_value *list = json_get(v, "normalizers");
+        if (!list || list->type != JSON_ARRAY) return bad(ld, "normalizer Sequence without a normalizers array", NULL);
+        for (int i = 0; i < list->count; i++) FSDP_CHECK(load_normalizer(ld, &list->items[i]));
         return FSDP_OK;
     }
     tj_normalizer n = {0};
     if (strcmp(type, "Prepend") == 0) {
-        const char *p = json_tree_str(json_tree_get(v, "prepend"));
+        const char *p = str_of(json_get(v, "prepend"));
         if (!p) return bad(ld, "normalizer Prepend without a prepend string", NULL);
         n.kind = NORM_PREPEND, n.a = dup_str(p);
         if (!n.a) return nomem(ld);
     } else if (strcmp(type, "Replace") == 0) {
-        const json_node *pattern = json_tree_get(v, "pattern");
-        const char *lit = json_tree_str(json_tree_get(pattern, "String"));
-        const char *content = json_tree_str(json_tree_get(v, "content"));
+        const json_value *pattern = json_get(v, "pattern");
+        const char *lit = str_of(json_get(pattern, "String"));
+        const char *content = str_of(json_get(v, "content"));
         if (!content) return bad(ld, "normalizer Replace without a content string", NULL);
         n.kind = NORM_REPLACE;
         if (lit && *lit) n.a = dup_str(lit);
@@ -245,13 +247,13 @@ static fsdp_status load_normalizer(loader *ld, const json_node *v) {
 }
 
 // The replacement character (one code point) of a Metaspace at v into out (5,)
-static fsdp_status metaspace_fields(loader *ld, const json_node *v, char *out, int *scheme) {
-    const char *r = json_tree_str(json_tree_get(v, "replacement"));
+static fsdp_status metaspace_fields(loader *ld, const json_value *v, char *out, int *scheme) {
+    const char *r = str_of(json_get(v, "replacement"));
     uint32_t cp;
     if (!r || !*r || tok_utf8_get((const unsigned char *)r, strlen(r), &cp) != strlen(r))
         return bad(ld, "Metaspace: replacement must be one character", NULL);
     snprintf(out, 5, "%s", r);
-    const char *p = json_tree_str(json_tree_get(v, "prepend_scheme"));
+    const char *p = str_of(json_get(v, "prepend_scheme"));
     int add_prefix = 1;
     FSDP_CHECK(get_bool(ld, v, "add_prefix_space", 1, &add_prefix));
     if (!p) *scheme = add_prefix ? PREPEND_ALWAYS : PREPEND_NEVER;
@@ -262,15 +264,15 @@ static fsdp_status metaspace_fields(loader *ld, const json_node *v, char *out, i
     return FSDP_OK;
 }
 
-static fsdp_status load_pretokenizer(loader *ld, const json_node *v) {
+static fsdp_status load_pretokenizer(loader *ld, const json_value *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JT_NULL) return FSDP_OK;
+    if (!v || v->type == JSON_NULL) return FSDP_OK;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a pre_tokenizer without a type", NULL);
     if (strcmp(type, "Sequence") == 0) {
-        const json_node *list = json_tree_get(v, "pretokenizers");
-        if (!list || list->type != JT_ARRAY) return bad(ld, "pre_tokenizer Sequence without a pretokenizers array", NULL);
-        for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_pretokenizer(ld, &list->items[i]));
+        const json_value *list = json_get(v, "pretokenizers");
+        if (!list || list->type != JSON_ARRAY) return bad(ld, "pre_tokenizer Sequence without a pretokenizers array", NULL);
+        for (int i = 0; i < list->count; i++) FSDP_CHECK(load_pretokenizer(ld, &list->items[i]));
         return FSDP_OK;
     }
     if (j->byte_level) return bad(ld, "a pre_tokenizer after ByteLevel is not supported: '", type);
@@ -285,13 +287,13 @@ static fsdp_status load_pretokenizer(loader *ld, const json_node *v) {
     } else if (strcmp(type, "Split") == 0) {
         static const char *const behaviors[] = {"Isolated", "Removed", "MergedWithPrevious", "MergedWithNext",
                                                 "Contiguous"};
-        const char *b = json_tree_str(json_tree_get(v, "behavior"));
+        const char *b = str_of(json_get(v, "behavior"));
         p.kind = PRE_SPLIT, p.behavior = -1;
         for (int i = 0; b && i < 5; i++)
             if (strcmp(b, behaviors[i]) == 0) p.behavior = i;
         if (p.behavior < 0) return bad(ld, "pre_tokenizer Split: behavior is not one of Isolated, Removed, MergedWithPrevious, MergedWithNext, Contiguous: '", b ? b : "");
         FSDP_CHECK(get_bool(ld, v, "invert", 0, &p.invert));
-        FSDP_CHECK(compile_pattern(ld, json_tree_get(v, "pattern"), "pre_tokenizer Split", &p.re));
+        FSDP_CHECK(compile_pattern(ld, json_get(v, "pattern"), "pre_tokenizer Split", &p.re));
     } else if (strcmp(type, "Metaspace") == 0) {
         p.kind = PRE_METASPACE;
         FSDP_CHECK(metaspace_fields(ld, v, p.replacement, &p.prepend_scheme));
@@ -312,16 +314,16 @@ static fsdp_status load_pretokenizer(loader *ld, const json_node *v) {
     return FSDP_OK;
 }
 
-static fsdp_status load_decoder(loader *ld, const json_node *v) {
+static fsdp_status load_decoder(loader *ld, const json_value *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JT_NULL) return FSDP_OK;
+    if (!v || v->type == JSON_NULL) return FSDP_OK;
     j->has_decoder = 1;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a decoder without a type", NULL);
     if (strcmp(type, "Sequence") == 0) {
-        const json_node *list = json_tree_get(v, "decoders");
-        if (!list || list->type != JT_ARRAY) return bad(ld, "decoder Sequence without a decoders array", NULL);
-        for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_decoder(ld, &list->items[i]));
+        const json_value *list = json_get(v, "decoders");
+        if (!list || list->type != JSON_ARRAY) return bad(ld, "decoder Sequence without a decoders array", NULL);
+        for (int i = 0; i < list->count; i++) FSDP_CHECK(load_decoder(ld, &list->items[i]));
         return FSDP_OK;
     }
     tj_decoder d = {0};
@@ -335,14 +337,14 @@ static fsdp_status load_decoder(loader *ld, const json_node *v) {
         d.kind = DEC_METASPACE;
         FSDP_CHECK(metaspace_fields(ld, v, d.replacement, &d.prepend_scheme));
     } else if (strcmp(type, "Strip") == 0) {
-        const char *c = json_tree_str(json_tree_get(v, "content"));
-        int64_t start = get_id(json_tree_get(v, "start")), stop = get_id(json_tree_get(v, "stop"));
+        const char *c = str_of(json_get(v, "content"));
+        int64_t start = get_id(json_get(v, "start")), stop = get_id(json_get(v, "stop"));
         if (!c || !*c || start < 0 || stop < 0) return bad(ld, "decoder Strip needs content, start and stop", NULL);
         d.kind = DEC_STRIP, d.a = dup_str(c), d.start = (int)start, d.stop = (int)stop;
         if (!d.a) return nomem(ld);
     } else if (strcmp(type, "Replace") == 0) {
-        const char *lit = json_tree_str(json_tree_get(json_tree_get(v, "pattern"), "String"));
-        const char *content = json_tree_str(json_tree_get(v, "content"));
+        const char *lit = str_of(json_get(json_get(v, "pattern"), "String"));
+        const char *content = str_of(json_get(v, "content"));
         if (!lit || !*lit || !content) return bad(ld, "decoder Replace: only a non-empty String pattern and a content string are supported", NULL);
         d.kind = DEC_REPLACE, d.a = dup_str(lit), d.b = dup_str(content);
         if (!d.a || !d.b) {
@@ -372,23 +374,23 @@ static fsdp_status push_id(loader *ld, int32_t **list, int *n, int64_t id) {
 }
 
 // ["<s>", 1] of RobertaProcessing / BertProcessing
-static fsdp_status pair_id(loader *ld, const json_node *v, const char *key, int64_t *id) {
-    const json_node *p = json_tree_get(v, key);
-    *id = p && p->type == JT_ARRAY && p->count == 2 ? get_id(&p->items[1]) : -1;
+static fsdp_status pair_id(loader *ld, const json_value *v, const char *key, int64_t *id) {
+    const json_value *p = json_get(v, key);
+    *id = p && p->type == JSON_ARRAY && p->count == 2 ? get_id(&p->items[1]) : -1;
     if (*id < 0) return bad(ld, "post_processor: expected [token, id] for ", key);
     return FSDP_OK;
 }
 
-static fsdp_status load_post(loader *ld, const json_node *v) {
+static fsdp_status load_post(loader *ld, const json_value *v) {
     tok_json *j = ld->j;
-    if (!v || v->type == JT_NULL) return FSDP_OK;
+    if (!v || v->type == JSON_NULL) return FSDP_OK;
     const char *type = type_of(v);
     if (!type) return bad(ld, "a post_processor without a type", NULL);
     if (strcmp(type, "ByteLevel") == 0) return FSDP_OK;  // offsets only
     if (strcmp(type, "Sequence") == 0) {
-        const json_node *list = json_tree_get(v, "processors");
-        if (!list || list->type != JT_ARRAY) return bad(ld, "post_processor Sequence without a processors array", NULL);
-        for (size_t i = 0; i < list->count; i++) FSDP_CHECK(load_post(ld, &list->items[i]));
+        const json_value *list = json_get(v, "processors");
+        if (!list || list->type != JSON_ARRAY) return bad(ld, "post_processor Sequence without a processors array", NULL);
+        for (int i = 0; i < list->count; i++) FSDP_CHECK(load_post(ld, &list->items[i]));
         return FSDP_OK;
     }
     if (strcmp(type, "RobertaProcessing") == 0 || strcmp(type, "BertProcessing") == 0) {
@@ -400,20 +402,20 @@ static fsdp_status load_post(loader *ld, const json_node *v) {
     }
     if (strcmp(type, "TemplateProcessing") != 0)
         return bad(ld, "post_processor is not supported (TemplateProcessing, RobertaProcessing, BertProcessing, ByteLevel and Sequence are): '", type);
-    const json_node *single = json_tree_get(v, "single"), *specials = json_tree_get(v, "special_tokens");
-    if (!single || single->type != JT_ARRAY) return bad(ld, "post_processor TemplateProcessing without a single template", NULL);
+    const json_value *single = json_get(v, "single"), *specials = json_get(v, "special_tokens");
+    if (!single || single->type != JSON_ARRAY) return bad(ld, "post_processor TemplateProcessing without a single template", NULL);
     int seen_a = 0;
-    for (size_t i = 0; i < single->count; i++) {
-        const json_node *piece = &single->items[i];
-        if (json_tree_get(piece, "Sequence")) {
+    for (int i = 0; i < single->count; i++) {
+        const json_value *piece = &single->items[i];
+        if (json_get(piece, "Sequence")) {
             seen_a = 1;
             continue;
         }
-        const char *name = json_tree_str(json_tree_get(json_tree_get(piece, "SpecialToken"), "id"));
+        const char *name = str_of(json_get(json_get(piece, "SpecialToken"), "id"));
         if (!name) return bad(ld, "post_processor TemplateProcessing: a piece that is neither Sequence nor SpecialToken", NULL);
-        const json_node *ids = json_tree_get(json_tree_get(specials, name), "ids");
-        if (!ids || ids->type != JT_ARRAY) return bad(ld, "post_processor TemplateProcessing: special_tokens has no ids for '", name);
-        for (size_t k = 0; k < ids->count; k++) {
+        const json_value *ids = json_get(json_get(specials, name), "ids");
+        if (!ids || ids->type != JSON_ARRAY) return bad(ld, "post_processor TemplateProcessing: special_tokens has no ids for '", name);
+        for (int k = 0; k < ids->count; k++) {
             int64_t id = get_id(&ids->items[k]);
             if (id < 0) return bad(ld, "post_processor TemplateProcessing: a bad id for '", name);
             FSDP_CHECK(seen_a ? push_id(ld, &j->after, &j->nafter, id) : push_id(ld, &j->before, &j->nbefore, id));
@@ -464,20 +466,20 @@ static fsdp_status finish(loader *ld) {
 
 fsdp_status tok_json_load(const char *path, const char *text, size_t len, tok_json **out) {
     *out = NULL;
-    json_node *root = NULL;
-    FSDP_CHECK(json_tree_parse(text, len, path, &root));
+    json_value root;
+    FSDP_CHECK(json_parse(text, len, path, "JSON", &root));
     tok_json *j = calloc(1, sizeof *j);
     loader ld = {path, j};
     fsdp_status s = j && tok_str_init(&j->strs) ? FSDP_OK : nomem(&ld);
-    if (s == FSDP_OK && root->type != JT_OBJECT) s = bad(&ld, "not a JSON object", NULL);
-    if (s == FSDP_OK) s = load_model(&ld, json_tree_get(root, "model"));
-    if (s == FSDP_OK) s = load_added(&ld, json_tree_get(root, "added_tokens"));
-    if (s == FSDP_OK) s = load_normalizer(&ld, json_tree_get(root, "normalizer"));
-    if (s == FSDP_OK) s = load_pretokenizer(&ld, json_tree_get(root, "pre_tokenizer"));
-    if (s == FSDP_OK) s = load_decoder(&ld, json_tree_get(root, "decoder"));
-    if (s == FSDP_OK) s = load_post(&ld, json_tree_get(root, "post_processor"));
+    if (s == FSDP_OK && root.type != JSON_OBJECT) s = bad(&ld, "not a JSON object", NULL);
+    if (s == FSDP_OK) s = load_model(&ld, json_get(&root, "model"));
+    if (s == FSDP_OK) s = load_added(&ld, json_get(&root, "added_tokens"));
+    if (s == FSDP_OK) s = load_normalizer(&ld, json_get(&root, "normalizer"));
+    if (s == FSDP_OK) s = load_pretokenizer(&ld, json_get(&root, "pre_tokenizer"));
+    if (s == FSDP_OK) s = load_decoder(&ld, json_get(&root, "decoder"));
+    if (s == FSDP_OK) s = load_post(&ld, json_get(&root, "post_processor"));
     if (s == FSDP_OK) s = finish(&ld);
-    json_tree_free(root);
+    json_value_free(&root);
     if (s != FSDP_OK) {
         tok_json_free(j);
         return s;
