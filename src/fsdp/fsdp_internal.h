@@ -104,6 +104,7 @@ struct fsdp_state {
     float *reduce_buf;        // (max grad_shard,) reduce-scatter destination  FSDP_MEM_COMM
     fsdp_adamw opt;
     int have_opt;
+    struct muon_state *muon;  // --optimizer muon (muon_step.c), or NULL
     // execution order of block units, recorded in the first forward; backward runs it in reverse
     int *order;               // (n_units,) unit indices
     int order_len;
@@ -208,6 +209,13 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
 // (padded,)), or with trainable_only its shard_grad or an optimizer moment slice (src (grad_shard,),
 // dst (grad_padded,)).
 fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst, int trainable_only);
+
+// muon_step.c: Muon's sharded step (fsdp.h's fsdp_optimizer_config)
+fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg);  // s->muon; AdamW's state exists
+void muon_free(fsdp_state *s);
+// The step of unit u when it holds Muon matrices (collective over the shard group): *done = 1 then (its
+// AdamW parameters included), 0 when u has none (the caller runs AdamW on its whole shard).
+fsdp_status muon_step_unit(fsdp_state *s, fsdp_unit *u, float lr, int *done);
 
 // deterministic.c (all no-ops unless cfg.deterministic; see there)
 fsdp_status det_setup(fsdp_state *s);  // the format and buffers, called by fsdp_wrap after the units
