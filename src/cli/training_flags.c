@@ -81,6 +81,8 @@ int cli_training_optimizer(const char *prog, const cli_training_options *t, cons
     for (size_t i = 0; !muon && i < sizeof muon_flags / sizeof *muon_flags; i++)
         if (cli_given(args, nargs, argc, argv, muon_flags[i]))
             snprintf(line, sizeof line, "%s applies only to --optimizer muon (got --optimizer adamw)", muon_flags[i]);
+    if (!muon && !line[0] && !t->muon_nesterov)  // the --no- form, which cli_given does not see
+        snprintf(line, sizeof line, "--no-muon-nesterov applies only to --optimizer muon (got --optimizer adamw)");
     const char *with = !muon                     ? NULL
                        : t->muon_ns_dtype == 1   ? "--muon-ns-dtype bf16"
                        : f->deterministic        ? "--deterministic"
