@@ -600,6 +600,10 @@ fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_optimizer_config oc) {
     fsdp_adamw_config cfg = oc.adamw;
     if (s->have_opt) return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_optimizer_create: the optimizer exists already");
     int64_t n = fsdp_local_grad_numel(s);  // this rank's trainable shard elements: the optimizer state's size
+    if (oc.kind == FSDP_OPTIM_MUON) {  // AdamW's state then covers only the elements Muon does not take
+        FSDP_CHECK(muon_setup(s, &oc));
+        n = muon_adamw_numel(s);
+    }
     if (s->cfg.offload_dir) {  // the moments in mapped files too
         size_t bytes = sizeof(float) * (size_t)n;
         int R = fsdp_comm_rank(s->world);
@@ -616,7 +620,7 @@ fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_optimizer_config oc) {
         FSDP_CHECK(fsdp_adamw_create(&s->opt, cfg, n, s->dev));
     }
     s->have_opt = 1;
-    return oc.kind == FSDP_OPTIM_MUON ? muon_setup(s, &oc) : FSDP_OK;
+    return FSDP_OK;
 }
 
 fsdp_status fsdp_optimizer_step(fsdp_state *s, float lr) {

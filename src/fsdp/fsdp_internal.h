@@ -211,10 +211,13 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
 fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst, int trainable_only);
 
 // muon_step.c: Muon's sharded step (fsdp.h's fsdp_optimizer_config)
-fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg);  // s->muon; AdamW's state exists
+fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg);  // s->muon, before AdamW's state
 void muon_free(fsdp_state *s);
-// The step of unit u when it holds Muon matrices (collective over the shard group): *done = 1 then (its
-// AdamW parameters included), 0 when u has none (the caller runs AdamW on its whole shard).
+// The size AdamW's state must have under Muon: this rank's trainable shard elements less its pieces of
+// Muon's matrices (AdamW's moments are laid out compactly, unit by unit, piece by piece, over the rest).
+int64_t muon_adamw_numel(const fsdp_state *s);
+// The step of unit u (collective over the shard group when u holds matrices): Muon on its matrices'
+// pieces, AdamW on its other pieces (at their compact places); *done = 1 (the caller runs nothing else).
 fsdp_status muon_step_unit(fsdp_state *s, fsdp_unit *u, float lr, int *done);
 
 // deterministic.c (all no-ops unless cfg.deterministic; see there)

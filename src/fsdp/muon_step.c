@@ -11,6 +11,8 @@
 //   3. a sum reduce-scatter of staging hands every rank its shard of the updates (exact: one
 //      rank's value plus zeros);
 //   4. every rank applies the updates to its pieces of the matrices and AdamW to its other pieces.
+// AdamW's moments cover only what Muon does not take: unit by unit (adamw_at), a unit without matrices
+// as its whole shard, a unit with matrices as its AdamW pieces one after another.
 // Bytes each rank sends per such unit and step: 2 x (N - 1) / N x 4 x grad_padded (ring all-gather and
 // reduce-scatter). Under HYBRID_SHARD each shard group does the same on the same (all-reduced) gradients.
 #include <stdlib.h>
@@ -35,6 +37,8 @@ struct muon_state {
     int n;
     muon_matrix *m;             // (n,) by unit, then in flat order
     int *unit_first;            // (n_units + 1,) unit u's matrices: m[unit_first[u] .. unit_first[u + 1])
+    int64_t *adamw_at;          // (n_units,) where unit u's AdamW elements start in AdamW's (compact) state
+    int64_t adamw_numel;        // AdamW's state size: the trainable shard elements that are not Muon's
     fsdp_muon_workspace ws;     // Newton-Schulz scratch for this rank's largest owned matrix
     float *staging;             // (max grad_padded of a unit with matrices,) gradients, then updates  FSDP_MEM_COMM
     float *update_shard;        // (max grad_shard of such a unit,) this rank's updates  FSDP_MEM_COMM
@@ -101,14 +105,18 @@ fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg) {
         for (int j = 0; j < s->units[i].n_params; j++) total += takes_muon(&bn, &s->units[i], s->units[i].params[j]);
     ms->m = calloc((size_t)(total ? total : 1), sizeof(muon_matrix));
     ms->unit_first = calloc((size_t)s->n_units + 1, sizeof(int));
-    if (!ms->m || !ms->unit_first) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
+    ms->adamw_at = calloc((size_t)s->n_units + 1, sizeof(int64_t));
+    if (!ms->m || !ms->unit_first || !ms->adamw_at) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
     int steps = ms->cfg.ns_steps;
     for (int i = 0; i < s->n_units; i++) {
         fsdp_unit *u = &s->units[i];
         ms->unit_first[i] = ms->n;
+        ms->adamw_at[i] = ms->adamw_numel;
+        int64_t muon_here = 0;  // this rank's elements of u's matrices
         for (int j = 0; j < u->n_params; j++) {
             const nn_param *p = u->params[j];
             if (!takes_muon(&bn, u, p)) continue;
+            muon_here += fsdp_piece_at(u, j).count;
             muon_matrix *mx = &ms->m[ms->n++];
             mx->unit = i, mx->param = j;
             mx->rows = (int)p->shape[0], mx->cols = (int)p->shape[1];
@@ -117,6 +125,7 @@ fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg) {
             mx->scale = fsdp_muon_shape_scale(out, in);
             mx->flops = fsdp_muon_ns_flops(p->shape[0], p->shape[1], steps);
         }
+        ms->adamw_numel += u->grad_shard - muon_here;  // its padding counted too (used only without matrices)
         if (ms->n > ms->unit_first[i]) {
             if (u->grad_padded > ms->staging_numel) ms->staging_numel = u->grad_padded;
             if (u->grad_shard > ms->update_numel) ms->update_numel = u->grad_shard;
@@ -159,6 +168,7 @@ void muon_free(fsdp_state *s) {
     if (ms->update_shard) fsdp_dev_free(s->dev, ms->update_shard);
     free(ms->m);
     free(ms->unit_first);
+    free(ms->adamw_at);
     free(ms);
     s->muon = NULL;
 }
@@ -168,12 +178,16 @@ fsdp_muon_stats fsdp_muon_get_stats(const fsdp_state *s) {
     return s->muon ? s->muon->stats : none;
 }
 
+int64_t muon_adamw_numel(const fsdp_state *s) { return s->muon->adamw_numel; }
+
 fsdp_status muon_step_unit(fsdp_state *s, fsdp_unit *u, float lr, int *done) {
     struct muon_state *ms = s->muon;
     int first = ms->unit_first[u->index], last = ms->unit_first[u->index + 1];
-    *done = 0;
-    if (first == last) return FSDP_OK;
     *done = 1;
+    if (first == last) {  // AdamW alone, on the whole shard
+        fsdp_adamw_update(s->k, s->compute, &s->opt, lr, u->shard, u->shard_grad, ms->adamw_at[u->index], u->grad_shard);
+        return FSDP_OK;
+    }
     fsdp_stream *st = s->compute;
     const fsdp_kernels *k = s->k;
     int me = fsdp_comm_rank(s->shard_comm), N = fsdp_comm_size(s->shard_comm);
@@ -203,6 +217,7 @@ fsdp_status muon_step_unit(fsdp_state *s, fsdp_unit *u, float lr, int *done) {
     // 4. the updates on this rank's pieces of the matrices, AdamW on its other pieces
     float muon_lr = ms->adamw_lr > 0.0f ? ms->cfg.lr * (lr / ms->adamw_lr) : ms->cfg.lr;
     int j = first;
+    int64_t adamw_at = ms->adamw_at[u->index];  // the next AdamW piece's place in AdamW's state
     for (int i = 0; i < u->n_params; i++) {
         const nn_param *p = u->params[i];
         int is_matrix = j < last && ms->m[j].param == i;
@@ -213,9 +228,11 @@ fsdp_status muon_step_unit(fsdp_state *s, fsdp_unit *u, float lr, int *done) {
         if (is_matrix)
             fsdp_muon_apply(k, st, &ms->cfg, muon_lr, u->shard + pc.shard_pos, ms->update_shard + pc.shard_pos,
                             pc.count);
-        else
-            fsdp_adamw_update(k, st, &s->opt, lr, u->shard + pc.shard_pos, u->shard_grad + pc.shard_pos,
-                              u->opt_offset + pc.shard_pos, pc.count);
+        else {
+            fsdp_adamw_update(k, st, &s->opt, lr, u->shard + pc.shard_pos, u->shard_grad + pc.shard_pos, adamw_at,
+                              pc.count);
+            adamw_at += pc.count;
+        }
     }
     return FSDP_OK;
 }

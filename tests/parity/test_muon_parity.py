@@ -72,16 +72,18 @@ def reference(model, idx, targets, steps, lr, wd, mu):
     return losses, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-MUON_LINE = re.compile(r"^muon rank (\d+): matrices (\d+) owned (\d+) ns_calls (\d+) ns_flops (\S+)")
+MUON_LINE = re.compile(r"^muon rank (\d+): matrices (\d+) owned (\d+) ns_calls (\d+) ns_flops (\S+) "
+                       r"momentum_floats (\d+)")
 
 
 def muon_lines(stdout):
-    """{rank: (matrices, owned, ns_calls, ns_flops)} from --summary's per-rank lines."""
+    """{rank: (matrices, owned, ns_calls, ns_flops, momentum_floats)} from --summary's per-rank lines."""
     out = {}
     for line in stdout.splitlines():
         m = MUON_LINE.match(line)
         if m:
-            out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)))
+            out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)),
+                                    int(m.group(6)))
     return out
 
 
@@ -159,6 +161,10 @@ def main():
                      f"calls {calls}, owned {owned}, lines {ranks}")
             chk.true(f"{tag} NS FLOPs sum to one pass over every matrix per step and group",
                      abs(flops - want_flops) <= 1e-9 * want_flops, f"{flops} vs {want_flops}")
+            momentum = sum(v[4] for v in ranks.values())
+            want_momentum = groups * sum(r * c for r, c in shapes)
+            chk.true(f"{tag} each matrix's momentum kept whole on one rank per group", momentum == want_momentum,
+                     f"{momentum} vs {want_momentum} floats")
             if n == 2 and not group:  # shared between the two ranks, not all on one
                 chk.true(f"{tag} both ranks own matrices", all(v[1] > 0 for v in ranks.values()), f"{ranks}")
 
