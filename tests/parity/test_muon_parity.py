@@ -47,10 +47,13 @@ def is_matrix(name, p):
 
 
 def reference(model, idx, targets, steps, lr, wd, mu):
-    """Float64 training: Muon on the block matrices ([out, in] = Conv1D weight transposed), AdamW elsewhere.
-    Returns the losses and the final state dict."""
+    """Float64 training: Muon on the block matrices ([out, in] = Conv1D weight transposed), AdamW elsewhere,
+    with mu's "freeze" prefix (no gradient, no update) and "clip" (the global norm before either
+    optimizer). Returns the losses and the final state dict."""
     model = model.double()
-    named = list(model.named_parameters())
+    for n, p in model.named_parameters():
+        p.requires_grad_(not (mu.get("freeze") and n.startswith(mu["freeze"])))
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     adam = torch.optim.AdamW([p for n, p in named if not is_matrix(n, p)], lr=lr, weight_decay=wd)
     momentum = {n: torch.zeros_like(p.t()) for n, p in named if is_matrix(n, p)}
     losses = []
@@ -61,6 +64,8 @@ def reference(model, idx, targets, steps, lr, wd, mu):
         loss = model(idx, targets)
         loss.backward()
         losses.append(loss.item())
+        if mu.get("clip"):
+            torch.nn.utils.clip_grad_norm_([p for _, p in named], mu["clip"])
         adam.step()
         with torch.no_grad():
             for n, p in named:
@@ -96,6 +101,8 @@ CONFIGS = [  # name, vocab, max_seq, layers, d_model, heads, seq, global batch, 
     ("gpt2 d48", 64, 12, 2, 48, 4, 12, 12, {"lr": 0.02, "momentum": 0.95, "nesterov": True, "ns_steps": 5, "wd": 0.1}),
     ("gpt2 d40 no-nesterov ns3", 50, 9, 3, 40, 5, 9, 12,
      {"lr": 0.03, "momentum": 0.9, "nesterov": False, "ns_steps": 3, "wd": 0.0}),
+    ("gpt2 d32 clipped, block 0's MLP frozen", 40, 8, 2, 32, 4, 8, 12,
+     {"lr": 0.02, "momentum": 0.95, "nesterov": True, "ns_steps": 5, "wd": 0.05, "clip": 0.05, "freeze": "h.0.mlp."}),
 ]
 STEPS, LR, WD = 4, 1e-3, 0.01
 RUNS = [("full_shard", 1, 0), ("full_shard", 2, 0), ("full_shard", 3, 0), ("shard_grad_op", 1, 0),
@@ -112,7 +119,9 @@ def main():
         init = {k: v.detach().clone() for k, v in model.state_dict().items()}
         idx, targets = torch.randint(0, V, (GB, T)), torch.randint(0, V, (GB, T))
         losses, final = reference(model, idx, targets, STEPS, LR, WD, mu)
-        shapes = [tuple(v.shape) for k, v in init.items() if k.startswith("h.") and v.ndim == 2]
+        frozen = mu.get("freeze")
+        shapes = [tuple(v.shape) for k, v in init.items() if k.startswith("h.") and v.ndim == 2 and
+                  not (frozen and k.startswith(frozen))]
         tmp = tmpdir()
         p_init, p_input = os.path.join(tmp, "init.safetensors"), os.path.join(tmp, "input.safetensors")
         st_save(p_init, init)
@@ -125,6 +134,10 @@ def main():
                 "--muon-ns-steps", str(mu["ns_steps"]), "--muon-weight-decay", str(mu["wd"])]
         if not mu["nesterov"]:
             base.append("--no-muon-nesterov")
+        if "clip" in mu:  # the global norm, clipped before Muon and AdamW
+            base[base.index("--clip-grad-norm") + 1] = str(mu["clip"])
+        if frozen:
+            base += ["--freeze", frozen + "*"]
         one = None
         for strategy, n, group in RUNS:
             tag = f"[{name}] {strategy} np{n}" + (f" groups of {group}" if group else "")
@@ -148,7 +161,7 @@ def main():
             # each matrix orthogonalized exactly once per step in each shard group
             ranks = muon_lines(stdout)
             groups = n // (group or n)
-            matrices = 4 * L
+            matrices = len(shapes)
             chk.true(f"{tag} every rank printed its Newton-Schulz count", sorted(ranks) == list(range(n)),
                      f"ranks {sorted(ranks)}")
             calls = sum(v[2] for v in ranks.values())
@@ -168,13 +181,15 @@ def main():
             if n == 2 and not group:  # shared between the two ranks, not all on one
                 chk.true(f"{tag} both ranks own matrices", all(v[1] > 0 for v in ranks.values()), f"{ranks}")
 
-    # the Llama family (fsdp-train --arch llama: q/k/v/o and the MLP's three projections, Linear's [out, in]) and the
-    # seed's TransformerEncoder stack (fsdp-minimal: in_proj, out_proj, linear1, linear2): 3 ranks against 1
+    # the Llama family (fsdp-train --arch llama: q/k/v/o and the MLP's three projections, Linear's [out, in])
+    # and the seed's TransformerEncoder stack (fsdp-minimal: in_proj, out_proj, linear1,
+    # linear2; two micro-steps per step): 3 ranks against 1
     models = [("llama", [train, "--arch", "llama", "--layers", "2", "--d-model", "32", "--heads", "4", "--kv-heads", "2",
                          "--seq", "16", "--global-batch", "6", "--steps", "3", "--warmup", "0", "--lr-schedule",
                          "constant"], 7 * 2),
               ("seed encoder", [os.path.join(args.bin, "fsdp-minimal"), "--layers", "2", "--d-model", "32", "--heads",
-                                "4", "--ffn", "48", "--dropout", "0", "--global-batch", "6", "--steps", "3"], 4 * 2)]
+                                "4", "--ffn", "48", "--dropout", "0", "--global-batch", "6", "--grad-accum", "2", "--steps", "3"],
+               4 * 2)]
     for tag, cmd, matrices in models:
         tmp = tmpdir()
         runs = {}
@@ -188,6 +203,10 @@ def main():
                      sorted(ranks) == list(range(n)) and all(v[0] == matrices for v in ranks.values()) and
                      sum(v[2] for v in ranks.values()) == 3 * matrices, f"{ranks}")
         chk.close(f"[{tag}] losses at 3 ranks vs 1", runs[3][0], runs[1][0], 1e-5, 0)
+        if tag == "llama":  # bf16 mixed precision (parameters gathered and multiplied in bf16): near fp32's
+            stdout = mpirun(2, cmd + ["--optimizer", "muon", "--no-memory-check", "--mixed-precision", "bf16"]).stdout
+            chk.close(f"[{tag}] bf16 mixed precision at 2 ranks: losses near fp32's", parse_losses(stdout),
+                      runs[1][0], 2e-2, 0)
         for k, ref in runs[1][1].items():
             if ref.ndim != 2:  # AdamW's 1-D parameters: zero-gradient elements amplify reduction-order noise
                 continue

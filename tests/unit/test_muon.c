@@ -2,7 +2,8 @@
 // (zeropower_via_newtonschulz5: normalized by the Frobenius norm + 1e-7, transposed when rows > cols,
 // steps of X <- a X + (b A + c A A) X) on wide, tall and square matrices, the momentum and Nesterov
 // lerps, the shape scale, the decoupled update, two steps in a row; through the guard device (device
-// memory in its checked arena) and the cpu device. And the NS FLOP count.
+// memory in its checked arena), the cpu device and, where a GPU is, the cuda device (its axpby and
+// divide_by_norm kernels and cuBLAS products). And the NS FLOP count.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -147,10 +148,15 @@ int main(void) {
     CHECK_NEAR(fsdp_muon_shape_scale(4, 16), 1.0, 0);
     fsdp_muon_config d = fsdp_muon_defaults();
     CHECK(d.nesterov == 1 && d.ns_steps == 5 && d.momentum == 0.95f);
-    const char *devices[] = {"guard", "cpu"};
-    for (int i = 0; i < 2; i++) {
+    const char *devices[] = {"guard", "cpu", "cuda"};  // cuda where a GPU is (else skipped, with a note)
+    for (int i = 0; i < 3; i++) {
         fsdp_dev *dev = NULL;
-        CHECK(fsdp_dev_open(devices[i], &dev) == FSDP_OK);
+        fsdp_status st = fsdp_dev_open(devices[i], &dev);
+        if (i == 2 && st != FSDP_OK) {
+            printf("cuda: skipped (%s)\n", fsdp_last_error());
+            continue;
+        }
+        CHECK(st == FSDP_OK);
         if (!dev) continue;
         check_ns(dev, 7, 19, 5);    // wide
         check_ns(dev, 23, 5, 5);    // tall: the transposed iteration
