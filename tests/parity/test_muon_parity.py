@@ -101,8 +101,9 @@ CONFIGS = [  # name, vocab, max_seq, layers, d_model, heads, seq, global batch, 
     ("gpt2 d48", 64, 12, 2, 48, 4, 12, 12, {"lr": 0.02, "momentum": 0.95, "nesterov": True, "ns_steps": 5, "wd": 0.1}),
     ("gpt2 d40 no-nesterov ns3", 50, 9, 3, 40, 5, 9, 12,
      {"lr": 0.03, "momentum": 0.9, "nesterov": False, "ns_steps": 3, "wd": 0.0}),
-    ("gpt2 d32 clipped, block 0's MLP frozen", 40, 8, 2, 32, 4, 8, 12,
-     {"lr": 0.02, "momentum": 0.95, "nesterov": True, "ns_steps": 5, "wd": 0.05, "clip": 0.05, "freeze": "h.0.mlp."}),
+    ("gpt2 d32 clipped, block 0's MLP frozen, checkpointed", 40, 8, 2, 32, 4, 8, 12,
+     {"lr": 0.02, "momentum": 0.95, "nesterov": True, "ns_steps": 5, "wd": 0.05, "clip": 0.05, "freeze": "h.0.mlp.",
+      "extra": ["--activation-checkpointing"]}),
 ]
 STEPS, LR, WD = 4, 1e-3, 0.01
 RUNS = [("full_shard", 1, 0), ("full_shard", 2, 0), ("full_shard", 3, 0), ("shard_grad_op", 1, 0),
@@ -138,6 +139,7 @@ def main():
             base[base.index("--clip-grad-norm") + 1] = str(mu["clip"])
         if frozen:
             base += ["--freeze", frozen + "*"]
+        base += mu.get("extra", [])
         one = None
         for strategy, n, group in RUNS:
             tag = f"[{name}] {strategy} np{n}" + (f" groups of {group}" if group else "")
