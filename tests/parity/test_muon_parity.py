@@ -13,7 +13,7 @@ import re
 import numpy as np
 import torch
 
-from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, run, st_load, st_save, tmpdir
+from fsdp_testlib import Checker, memory_line, mpirun, parse_args, parse_losses, run, st_load, st_save, tmpdir
 from test_gpt2_parity import GPT2
 
 NS_A, NS_B, NS_C = 3.4445, -4.7750, 2.0315
@@ -78,17 +78,18 @@ def reference(model, idx, targets, steps, lr, wd, mu):
 
 
 MUON_LINE = re.compile(r"^muon rank (\d+): matrices (\d+) owned (\d+) ns_calls (\d+) ns_flops (\S+) "
-                       r"momentum_floats (\d+)")
+                       r"momentum_floats (\d+) exchange_bytes_per_step (\S+)")
 
 
 def muon_lines(stdout):
-    """{rank: (matrices, owned, ns_calls, ns_flops, momentum_floats)} from --summary's per-rank lines."""
+    """{rank: (matrices, owned, ns_calls, ns_flops, momentum_floats, exchange_bytes_per_step)} from --summary's
+    per-rank lines."""
     out = {}
     for line in stdout.splitlines():
         m = MUON_LINE.match(line)
         if m:
             out[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)), float(m.group(5)),
-                                    int(m.group(6)))
+                                    int(m.group(6)), float(m.group(7)))
     return out
 
 
@@ -180,6 +181,16 @@ def main():
             want_momentum = groups * sum(r * c for r, c in shapes)
             chk.true(f"{tag} each matrix's momentum kept whole on one rank per group", momentum == want_momentum,
                      f"{momentum} vs {want_momentum} floats")
+            if name == CONFIGS[0][0] and strategy == "full_shard" and n > 1:
+                # the exchange's bytes: what rank 0 sends beyond the same run under AdamW, measured by the
+                # comm layer, equals the all-gather + reduce-scatter model --summary reports
+                plain = [x for x in cmd if x != "--no-muon-nesterov"]
+                i = plain.index("--optimizer")
+                plain = plain[:i] + ["--optimizer", "adamw"] + plain[i + 10:]  # the five --muon-* settings gone
+                extra = memory_line(stdout)["bytes_sent_per_step"] - memory_line(
+                    mpirun(n, plain).stdout)["bytes_sent_per_step"]
+                chk.true(f"{tag} Muon's measured extra bytes sent = the exchange's model", ranks[0][5] > 0 and
+                         abs(extra - ranks[0][5]) <= 1.0, f"measured {extra} vs {ranks[0][5]}")
             if n == 2 and not group:  # shared between the two ranks, not all on one
                 chk.true(f"{tag} both ranks own matrices", all(v[1] > 0 for v in ranks.values()), f"{ranks}")
 
