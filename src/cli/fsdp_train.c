@@ -527,6 +527,12 @@ static void print_banner(const train_run *r, fsdp_config fcfg) {
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld trainable + 4 B x %lld frozen shard "
                "elements)\n", (4.0 * (double)local + 12.0 * (double)trainable) / 1048576.0, (long long)trainable,
                (long long)(local - trainable));
+    const fsdp_muon_config *mc = &o->training.optimizer_config.muon;
+    if (o->training.optimizer_config.kind == FSDP_OPTIM_MUON && !o->eval_only)
+        printf("  optimizer: Muon on the blocks' 2-D weights (lr %g, momentum %g, nesterov %s, %d NS steps, wd %g), "
+               "AdamW on the rest; the line above counts AdamW's moments for every element, --summary Muon's state\n",
+               (double)mc->lr, (double)mc->momentum, mc->nesterov ? "on" : "off", mc->ns_steps,
+               (double)mc->weight_decay);
     cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
     if (o->fsdp.summary) fsdp_print_summary(r->fs, stdout);
     fflush(stdout);
