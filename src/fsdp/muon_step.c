@@ -103,7 +103,10 @@ fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg) {
     int total = 0;
     for (int i = 0; i < s->n_units; i++)
         for (int j = 0; j < s->units[i].n_params; j++) total += takes_muon(&bn, &s->units[i], s->units[i].params[j]);
-    ms->m = calloc((size_t)(total ? total : 1), sizeof(muon_matrix));
+    if (total == 0)  // Muon would take nothing: not a silent AdamW run
+        return fsdp_error(FSDP_ERR_INVALID_ARG, "--optimizer muon: the model has no trainable 2-D weight in its "
+                          "blocks (all frozen, e.g. under --freeze or LoRA); use --optimizer adamw");
+    ms->m = calloc((size_t)total, sizeof(muon_matrix));
     ms->unit_first = calloc((size_t)s->n_units + 1, sizeof(int));
     ms->adamw_at = calloc((size_t)s->n_units + 1, sizeof(int64_t));
     if (!ms->m || !ms->unit_first || !ms->adamw_at) return fsdp_error(FSDP_ERR_NOMEM, "out of memory");
