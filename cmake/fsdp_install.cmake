@@ -9,7 +9,7 @@ set(FSDP_VERSION 0.1.0)
 # ...) stays internal. Installed as fsdp/fsdp.h and fsdp/<path> (cmake/fsdp_public_headers.cmake).
 set(FSDP_PUBLIC_HEADERS
     fsdp/fsdp.h
-    core/status.h core/rng.h core/alloc.h tensor/tensor.h comm/comm.h device/device.h device/device_comm.h kernels/kernels.h kernels/kernel_list.h kernels/kernel_params.h optim/optim.h
+    core/status.h core/rng.h core/alloc.h tensor/tensor.h comm/comm.h device/device.h device/device_comm.h kernels/kernels.h kernels/kernel_list.h kernels/kernel_params.h optim/optim.h optim/muon.h
     nn/param.h nn/nn_ctx.h nn/gemm_param.h nn/linear.h nn/lora.h nn/layernorm.h nn/attention.h nn/embedding.h nn/loss.h
     nn/rmsnorm.h nn/transformer_block.h nn/sequential.h nn/encoder_stack.h nn/gpt2.h nn/llama.h nn/causal_lm.h)
 

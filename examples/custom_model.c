@@ -103,13 +103,13 @@ static fsdp_status train(fsdp_comm *world, int steps) {
     token_regressor m;
     FSDP_CHECK(model_create(&m));
     fsdp_config cfg = fsdp_config_default();  // FULL_SHARD, transformer auto-wrap
-    fsdp_model_desc desc = {&m.params, &m.blocks, "TransformerEncoderLayer", "blocks.%d."};
+    fsdp_model_desc desc = {&m.params, &m.blocks, "TransformerEncoderLayer", "blocks.%d.", 0};
     fsdp_state *fs = NULL;
     FSDP_CHECK(fsdp_wrap(&fs, desc, cfg, world));
     FSDP_CHECK(fsdp_init_params(fs, 42));
     fsdp_adamw_config opt = fsdp_adamw_defaults();
     opt.lr = 3e-3f;
-    FSDP_CHECK(fsdp_optimizer_create(fs, opt));
+    FSDP_CHECK(fsdp_optimizer_create(fs, fsdp_optimizer_adamw(opt)));
     if (R == 0) printf("%d ranks, %d FSDP units, %lld parameters on this rank\n", W, fsdp_unit_count(fs),
                        (long long)fsdp_local_numel(fs));
 
@@ -136,7 +136,8 @@ static fsdp_status train(fsdp_comm *world, int steps) {
         st = train_micro_step(fs, &m, &b, step, &loss);
         if (st == FSDP_OK) st = fsdp_all_reduce_double(world, &loss);
         if (st != FSDP_OK) break;
-        fsdp_optimizer_step(fs, opt.lr);
+        st = fsdp_optimizer_step(fs, opt.lr);
+        if (st != FSDP_OK) break;
         if (R == 0) printf("step %d loss %.9g\n", step, loss / W);
     }
     free(b.x);

@@ -107,6 +107,10 @@ static fsdp_status dump_output(const minimal_options *o, fsdp_comm *world, fsdp_
 static int prepare_run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *threads, fsdp_config *cfg) {
     int N = fsdp_comm_size(world), R = fsdp_comm_rank(world);
     if (cli_fsdp_check_flags("fsdp-minimal", &o->fsdp, R)) return 2;
+    const cli_model_config *flags = &o->config;
+    if (cli_training_optimizer("fsdp-minimal", &o->training, &o->fsdp, flags->args, flags->nargs, flags->argc,
+                               flags->argv, R, &o->training.optimizer_config))
+        return 2;
     if (cli_memory_check_minimal(o, threads->threads, world)) return 2;  // before anything is built or written
     if (cli_ckpt_open("fsdp-minimal", &o->fsdp.ckpt, 1, world)) return 2;
     const cli_output_path outputs[] = {
@@ -224,6 +228,7 @@ static void print_totals(const minimal_run *r, int start_step, const train_loop_
                fsdp_mem_current(FSDP_MEM_PARAMS), fsdp_mem_current(FSDP_MEM_GRADS), fsdp_mem_current(FSDP_MEM_OPTIM),
                fsdp_mem_peak(FSDP_MEM_UNSHARDED), fsdp_mem_peak(FSDP_MEM_ACTIVATIONS),
                fsdp_comm_bytes_sent(r->fs) / run_steps, shard_sent / run_steps, replica_sent / run_steps);
+    cli_training_muon_summary(r->fs, o->fsdp.summary, R, run_steps);
 }
 
 // Trains from the checkpoint --resume names (or from the start), then prints the totals and writes
@@ -231,10 +236,7 @@ static void print_totals(const minimal_run *r, int start_step, const train_loop_
 static int train_and_save(minimal_run *r) {
     minimal_options *o = r->o;
     int R = fsdp_comm_rank(r->world);
-    fsdp_adamw_config ac = fsdp_adamw_defaults();
-    ac.lr = o->training.lr;
-    ac.weight_decay = o->training.weight_decay;
-    if (fsdp_optimizer_create(r->fs, ac) != FSDP_OK) return fail(fsdp_last_error());
+    if (fsdp_optimizer_create(r->fs, o->training.optimizer_config) != FSDP_OK) return fail(fsdp_last_error());
     cli_ckpt_catch_signals();
     int start_step = 0;
     if (cli_ckpt_resume(r->fs, &o->fsdp.ckpt, o->training.global_batch, R, &start_step) != FSDP_OK)
@@ -272,7 +274,7 @@ static int run(minimal_options *o, fsdp_comm *world, const fsdp_threads_choice *
         rc = 2;
         goto done;
     }
-    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
+    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d.", 0};
     if ((rc = cli_fsdp_build("fsdp-minimal", &o->fsdp, desc, cfg, world, (uint64_t)o->training.seed,
                              o->training.init_path, NULL, &r.fs)))
         goto done;

@@ -176,6 +176,9 @@ static int prepare_run(train_options *o, fsdp_comm *world, fsdp_config *fcfg) {
     const cli_model_config *c = &o->config;
     if (train_sample_check("fsdp-train", &o->gen, o->vocab, c->args, c->nargs, c->argc, c->argv, R)) return 2;
     if (cli_fsdp_check_flags("fsdp-train", &o->fsdp, R)) return 2;
+    if (cli_training_optimizer("fsdp-train", &o->training, &o->fsdp, c->args, c->nargs, c->argc, c->argv, R,
+                               &o->training.optimizer_config))
+        return 2;
     if (cli_training_resolve_batch("fsdp-train", &o->training, &o->fsdp, c->args, c->nargs, c->argc, c->argv, N,
                                    R == 0))
         return 2;
@@ -286,7 +289,7 @@ static int build_model(train_run *r, fsdp_config fcfg) {
                              o->training.save_path, o->training.steps, r->world))
         return 2;
     fsdp_model_desc desc = {nn_lm_params(&r->model), nn_lm_blocks(&r->model), nn_lm_block_type(&r->model),
-                            nn_lm_block_prefix(&r->model)};
+                            nn_lm_block_prefix(&r->model), nn_lm_conv1d(&r->model)};
     const char *alt_prefix = nn_lm_hf_prefix(&r->model);
     int rc = cli_fsdp_build("fsdp-train", &o->fsdp, desc, fcfg, r->world, (uint64_t)o->training.seed,
                             o->training.init_path, alt_prefix[0] ? alt_prefix : NULL, &r->fs);
@@ -344,6 +347,12 @@ static void print_banner(const train_run *r, fsdp_config fcfg) {
         printf("  memory per rank: %.1f MiB params+grads+AdamW (16 B x %lld trainable + 4 B x %lld frozen shard "
                "elements)\n", (4.0 * (double)local + 12.0 * (double)trainable) / 1048576.0, (long long)trainable,
                (long long)(local - trainable));
+    const fsdp_muon_config *mc = &o->training.optimizer_config.muon;
+    if (o->training.optimizer_config.kind == FSDP_OPTIM_MUON && !o->eval_only)
+        printf("  optimizer: Muon on the blocks' 2-D weights (lr %g, momentum %g, nesterov %s, %d NS steps, wd %g), "
+               "AdamW on the rest; the line above counts AdamW's moments for every element, --summary Muon's state\n",
+               (double)mc->lr, (double)mc->momentum, mc->nesterov ? "on" : "off", mc->ns_steps,
+               (double)mc->weight_decay);
     cli_config_print(&o->config, stdout);  // the resolved flags, as they could be typed again
     if (o->fsdp.summary) fsdp_print_summary(r->fs, stdout);
     fflush(stdout);
@@ -443,6 +452,7 @@ static void print_totals(const train_run *r, const train_loop_result *t) {
                fsdp_mem_peak(FSDP_MEM_WORKSPACE), fsdp_mem_peak_total(),
                fsdp_comm_bytes_sent(r->fs) / run_steps, fsdp_offload_bytes(), shard_sent / run_steps,
                replica_sent / run_steps);
+    cli_training_muon_summary(r->fs, o->fsdp.summary, R, run_steps);
     if (o->fsdp.summary && R == 0)  // what the OS says, by kind (fsdp_os_memory)
         printf("os memory rank 0: peak_rss %zu rss %zu anon %zu shmem %zu file %zu pss_anon %zu pss_shmem %zu "
                "pss_file %zu data_pss %zu\n",
@@ -454,10 +464,7 @@ static void print_totals(const train_run *r, const train_loop_result *t) {
 static int train_steps(train_run *r) {
     train_options *o = r->o;
     int N = fsdp_comm_size(r->world), R = fsdp_comm_rank(r->world);
-    fsdp_adamw_config ac = fsdp_adamw_defaults();
-    ac.lr = o->training.lr;
-    ac.weight_decay = o->training.weight_decay;
-    if (fsdp_optimizer_create(r->fs, ac) != FSDP_OK) return fail(fsdp_last_error());
+    if (fsdp_optimizer_create(r->fs, o->training.optimizer_config) != FSDP_OK) return fail(fsdp_last_error());
     // the activations now, not in the first step (their pages' first touch is most of its extra time)
     nn_ctx reserve_ctx = fsdp_model_ctx(r->fs, 1, (uint64_t)o->training.seed, 0);
     if (nn_lm_reserve(&reserve_ctx, &r->model, r->B, r->T) != FSDP_OK) return fail(fsdp_last_error());

@@ -42,7 +42,8 @@ int minimal_flags(minimal_options *o, cli_arg *args) {
         cli_training_flag(common, "--config"),
     };
     int n = (int)(sizeof own / sizeof *own);
-    _Static_assert(sizeof own / sizeof *own + CLI_FSDP_NFLAGS <= MINIMAL_FLAGS_MAX, "MINIMAL_FLAGS_MAX too small");
+    _Static_assert(sizeof own / sizeof *own + CLI_OPTIMIZER_NFLAGS + CLI_FSDP_NFLAGS <= MINIMAL_FLAGS_MAX, "MINIMAL_FLAGS_MAX too small");
     for (int i = 0; i < n; i++) args[i] = own[i];
+    n = cli_training_add_optimizer_flags(common, args, n);
     return cli_fsdp_add_flags(args, n, &o->fsdp);
 }

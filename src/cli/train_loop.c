@@ -102,7 +102,7 @@ static fsdp_status run_step(const train_loop *l, int step, double *micro_losses,
     // the gradients the optimizer sees (after clipping), for the parity tests
     if (step == 0 && l->dump_grads_path) FSDP_CHECK(fsdp_save_full(l->fs, l->dump_grads_path, 1));
     float lr = l->lr_at ? l->lr_at(l->tool, step) : l->lr;
-    if (!skip) fsdp_optimizer_step(l->fs, lr);
+    if (!skip) FSDP_CHECK(fsdp_optimizer_step(l->fs, lr));
     double dt = fsdp_now_sec() - t0, dc = fsdp_exposed_comm_seconds(l->fs) - c0;
     if (step > l->start_step) {
         out->seconds += dt;

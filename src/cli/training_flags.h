@@ -24,13 +24,27 @@ typedef struct {
     const char *save_path;        // --save
     const char *dump_grads_path;  // --dump-grads
     const char *config_path;      // --config (cli_config_argv)
+    int optimizer;                // --optimizer adamw|muon (fsdp_optimizer_kind)
+    float muon_lr;                // --muon-lr
+    float muon_momentum;          // --muon-momentum
+    int muon_nesterov;            // --muon-nesterov (on; --no-muon-nesterov turns it off)
+    int muon_ns_steps;            // --muon-ns-steps
+    float muon_weight_decay;      // --muon-weight-decay
+    int muon_ns_dtype;            // --muon-ns-dtype fp32|bf16 (index; bf16 not implemented yet: an error)
+    fsdp_optimizer_config optimizer_config;  // the optimizer the flags resolve to (cli_training_optimizer)
 } cli_training_options;
 
-#define CLI_TRAINING_NFLAGS 15
+#define CLI_TRAINING_NFLAGS 22
 
 // Writes the shared flags' declarations (targets in t; t's values are the defaults) to
-// table[0..CLI_TRAINING_NFLAGS).
+// table[0..CLI_TRAINING_NFLAGS). Sets the Muon flags' defaults in t first (fsdp_muon_defaults; the same in
+// both tools), the --optimizer to adamw.
 void cli_training_flags(cli_training_options *t, cli_arg *table);
+
+// Appends the optimizer's flags (--optimizer and the --muon-* ones, CLI_OPTIMIZER_NFLAGS of them) from
+// cli_training_flags' table to args[n..]; returns the new count. Both tools place them after their own.
+#define CLI_OPTIMIZER_NFLAGS 7
+int cli_training_add_optimizer_flags(const cli_arg *table, cli_arg *args, int n);
 
 // The declaration of the shared flag `name` ("--steps") in table (cli_training_flags'); a name that is
 // not one of them is a bug (FSDP_ASSERT).
@@ -44,3 +58,16 @@ cli_arg cli_training_flag(const cli_arg *table, const char *name);
 // return -1; otherwise 0.
 int cli_training_resolve_batch(const char *prog, cli_training_options *t, cli_fsdp_options *f, const cli_arg *args,
                                int nargs, int argc, char **argv, int world, int print);
+
+// The optimizer the flags ask for, checked before anything is built: a --muon-* flag without --optimizer
+// muon, and what Muon does not do yet (--muon-ns-dtype bf16, --deterministic, --cpu-offload, --offload-dir,
+// --strategy no_shard / ddp, --ckpt-dir / --resume: its momentum is not checkpointed) are one-line errors
+// naming the flags (printed by rank 0). Fills *out (AdamW from --lr and --weight-decay, Muon from its
+// flags). Returns 0, or -1 after the error.
+int cli_training_optimizer(const char *prog, const cli_training_options *t, const cli_fsdp_options *f,
+                           const cli_arg *args, int nargs, int argc, char **argv, int rank, fsdp_optimizer_config *out);
+
+// With --summary under --optimizer muon: this rank's line "muon rank R: matrices M owned K ns_calls C
+// ns_flops F momentum_floats X exchange_bytes_per_step B" (every rank prints its own: the Newton-Schulz
+// work is split over them). run_steps: the steps this run took.
+void cli_training_muon_summary(fsdp_state *fs, int summary, int rank, double run_steps);

@@ -202,7 +202,14 @@ static fsdp_status prepare_dir(const char *dir) {
     return FSDP_OK;
 }
 
+// Muon's momentum is not in checkpoints yet (issue 47): a checkpoint without it would resume silently wrong.
+static fsdp_status muon_refuses_checkpoint(const char *dir) {
+    return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: checkpoints under --optimizer muon are not implemented yet (Muon's "
+                      "momentum is not saved); train without --ckpt-dir / --resume, or with --optimizer adamw", dir);
+}
+
 fsdp_status fsdp_checkpoint_save(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts) {
+    if (s->muon) return muon_refuses_checkpoint(dir);
     int R = fsdp_comm_rank(s->world), N = fsdp_comm_size(s->world);
     fsdp_status st = FSDP_OK;
     if (R == 0) st = prepare_dir(dir);
@@ -289,6 +296,7 @@ static fsdp_status save_moments(fsdp_state *s, const char *path, const fsdp_trai
 }
 
 fsdp_status fsdp_checkpoint_save_full(fsdp_state *s, const char *dir, const fsdp_trainer_state *ts) {
+    if (s->muon) return muon_refuses_checkpoint(dir);
     int R = fsdp_comm_rank(s->world);
     if (!s->have_opt) return fsdp_error(FSDP_ERR_INVALID_ARG, "%s: a full checkpoint needs the optimizer", dir);
     fsdp_status st = FSDP_OK;
@@ -493,6 +501,7 @@ fsdp_status fsdp_verify_marker(const char *dir) {
 }
 
 fsdp_status fsdp_checkpoint_load(fsdp_state *s, const char *dir, fsdp_trainer_state *ts) {
+    if (s->muon) return muon_refuses_checkpoint(dir);
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     int full = access(path, F_OK) == 0;

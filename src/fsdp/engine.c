@@ -589,8 +589,21 @@ void fsdp_scale_grads(fsdp_state *s, float factor) {
             s->k->scale(s->compute, s->units[i].shard_grad, factor, (size_t)s->units[i].grad_shard);
 }
 
-fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
+fsdp_optimizer_config fsdp_optimizer_adamw(fsdp_adamw_config cfg) {
+    fsdp_optimizer_config c = {.kind = FSDP_OPTIM_ADAMW, .adamw = cfg, .muon = fsdp_muon_defaults()};
+    return c;
+}
+
+const char *fsdp_optimizer_name(fsdp_optimizer_kind kind) { return kind == FSDP_OPTIM_MUON ? "muon" : "adamw"; }
+
+fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_optimizer_config oc) {
+    fsdp_adamw_config cfg = oc.adamw;
+    if (s->have_opt) return fsdp_error(FSDP_ERR_INVALID_ARG, "fsdp_optimizer_create: the optimizer exists already");
     int64_t n = fsdp_local_grad_numel(s);  // this rank's trainable shard elements: the optimizer state's size
+    if (oc.kind == FSDP_OPTIM_MUON) {  // AdamW's state then covers only the elements Muon does not take
+        FSDP_CHECK(muon_setup(s, &oc));
+        n = muon_adamw_numel(s);
+    }
     if (s->cfg.offload_dir) {  // the moments in mapped files too
         size_t bytes = sizeof(float) * (size_t)n;
         int R = fsdp_comm_rank(s->world);
@@ -610,7 +623,7 @@ fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg) {
     return FSDP_OK;
 }
 
-void fsdp_optimizer_step(fsdp_state *s, float lr) {
+fsdp_status fsdp_optimizer_step(fsdp_state *s, float lr) {
     s->step++;
     fsdp_trace_begin("optimizer", FSDP_SPAN_COMPUTE, NULL);
     fsdp_adamw_begin_step(&s->opt);
@@ -627,7 +640,16 @@ void fsdp_optimizer_step(fsdp_state *s, float lr) {
             fsdp_offload_prefetch(s->opt.m + nx->opt_offset, bytes);
             fsdp_offload_prefetch(s->opt.v + nx->opt_offset, bytes);
         }
-        fsdp_adamw_update(s->k, s->compute, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->grad_shard);
+        int done = 0;
+        if (s->muon) {
+            fsdp_status st = muon_step_unit(s, u, lr, &done);
+            if (st != FSDP_OK) {
+                fsdp_trace_end();
+                return with_context(s, u, "muon step", st);
+            }
+        }
+        if (!done) fsdp_adamw_update(s->k, s->compute, &s->opt, lr, u->shard, u->shard_grad, u->opt_offset, u->grad_shard);
     }
     fsdp_trace_end();
+    return FSDP_OK;
 }

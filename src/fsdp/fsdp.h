@@ -15,6 +15,7 @@
 #include "device/device.h"
 #include "kernels/kernels.h"
 #include "nn/sequential.h"
+#include "optim/muon.h"
 #include "optim/optim.h"
 
 typedef enum {
@@ -80,6 +81,8 @@ typedef struct {
     nn_sequential *blocks;
     const char *block_type;     // "TransformerEncoderLayer", "GPT2Block"
     const char *block_prefix;   // printf format of block i's name prefix: "%d." or "h.%d."
+    int weights_in_out;         // the blocks' 2-D weights are stored [in, out] (GPT-2's Conv1D), else [out, in]
+                                // (Linear): which side is the output, for Muon's shape scale
 } fsdp_model_desc;
 
 typedef struct fsdp_unit fsdp_unit;
@@ -151,8 +154,38 @@ fsdp_status fsdp_end_eval(fsdp_state *s);
 // Global L2 norm of the sharded gradients (what clip_grad_norm_ computes on the unsharded model).
 fsdp_status fsdp_grad_norm(fsdp_state *s, double *norm);
 void fsdp_scale_grads(fsdp_state *s, float factor);
-fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_adamw_config cfg);
-void fsdp_optimizer_step(fsdp_state *s, float lr);
+// The optimizer over the shards. FSDP_OPTIM_ADAMW: AdamW on every trainable parameter. FSDP_OPTIM_MUON
+// (docs/muon.md): Muon on every trainable 2-D weight of the blocks (its [out, in] matrix: the transpose
+// of a weight stored [in, out], fsdp_model_desc.weights_in_out; LoRA adapters excepted), AdamW on the
+// rest. Each matrix has one owner in the shard group (largest Newton-Schulz FLOPs first, to the least
+// loaded rank, ties to the lower rank and the earlier matrix), which alone keeps its momentum (whole) and
+// orthogonalizes it. Per unit holding matrices, a step all-gathers the unit's gradient shards (fp32) into
+// a staging buffer of the unit's trainable size, each owner turns its matrices' gradients there into
+// updates and zeroes the rest, and a sum reduce-scatter hands every rank the updates of its shard: 2 x
+// (N - 1) / N x 4 bytes per trainable element of such a unit sent by each rank. Muon's learning rate
+// follows the schedule: muon.lr x (lr / adamw.lr) at a step given lr (muon.lr when adamw.lr is 0).
+// Not yet (refused with an error): NO_SHARD and DDP, deterministic mode, offload_dir, cpu_offload.
+typedef enum { FSDP_OPTIM_ADAMW, FSDP_OPTIM_MUON } fsdp_optimizer_kind;
+typedef struct {
+    fsdp_optimizer_kind kind;
+    fsdp_adamw_config adamw;  // every parameter (ADAMW), or those Muon does not take (MUON)
+    fsdp_muon_config muon;    // MUON's matrices
+} fsdp_optimizer_config;
+fsdp_optimizer_config fsdp_optimizer_adamw(fsdp_adamw_config cfg);  // kind ADAMW with cfg
+const char *fsdp_optimizer_name(fsdp_optimizer_kind kind);          // "adamw", "muon"
+fsdp_status fsdp_optimizer_create(fsdp_state *s, fsdp_optimizer_config cfg);
+// One step at learning rate lr (AdamW's; see above for Muon's). Collective under Muon (the exchange).
+fsdp_status fsdp_optimizer_step(fsdp_state *s, float lr);
+// What Muon did on this rank since fsdp_optimizer_create (zeros under AdamW).
+typedef struct {
+    int matrices;          // Muon's matrices in the model
+    int owned;             // of which this rank owns (shard-group rank)
+    int64_t momentum_numel;  // this rank's momentum elements (its owned matrices, whole)
+    long ns_calls;         // Newton-Schulz passes run on this rank (one per owned matrix per step)
+    double ns_flops;       // their FLOPs (fsdp_muon_ns_flops)
+    double exchange_bytes; // bytes this rank sent in Muon's all-gathers and reduce-scatters (ring model)
+} fsdp_muon_stats;
+fsdp_muon_stats fsdp_muon_get_stats(const fsdp_state *s);
 
 // Sharded checkpoints. A checkpoint directory holds shard_NNNNN.safetensors per rank (each parameter's
 // and its AdamW moments' pieces that rank held, as 1-D tensors "<name>", "exp_avg.<name>",

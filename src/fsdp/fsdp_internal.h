@@ -104,6 +104,7 @@ struct fsdp_state {
     float *reduce_buf;        // (max grad_shard,) reduce-scatter destination  FSDP_MEM_COMM
     fsdp_adamw opt;
     int have_opt;
+    struct muon_state *muon;  // --optimizer muon (muon_step.c), or NULL
     // execution order of block units, recorded in the first forward; backward runs it in reverse
     int *order;               // (n_units,) unit indices
     int order_len;
@@ -213,6 +214,16 @@ fsdp_status fsdp_reduce_grads(fsdp_state *s, fsdp_unit *u);
 // (padded,)), or with trainable_only its shard_grad or an optimizer moment slice (src (grad_shard,),
 // dst (grad_padded,)).
 fsdp_status fsdp_gather_flat(fsdp_state *s, const fsdp_unit *u, const float *src, float *dst, int trainable_only);
+
+// muon_step.c: Muon's sharded step (fsdp.h's fsdp_optimizer_config)
+fsdp_status muon_setup(fsdp_state *s, const fsdp_optimizer_config *cfg);  // s->muon, before AdamW's state
+void muon_free(fsdp_state *s);
+// The size AdamW's state must have under Muon: this rank's trainable shard elements less its pieces of
+// Muon's matrices (AdamW's moments are laid out compactly, unit by unit, piece by piece, over the rest).
+int64_t muon_adamw_numel(const fsdp_state *s);
+// The step of unit u (collective over the shard group when u holds matrices): Muon on its matrices'
+// pieces, AdamW on its other pieces (at their compact places); *done = 1 (the caller runs nothing else).
+fsdp_status muon_step_unit(fsdp_state *s, fsdp_unit *u, float lr, int *done);
 
 // deterministic.c (all no-ops unless cfg.deterministic; see there)
 fsdp_status det_setup(fsdp_state *s);  // the format and buffers, called by fsdp_wrap after the units

@@ -384,6 +384,7 @@ void fsdp_free_state(fsdp_state *s) {
     } else if (s->have_opt) {
         fsdp_adamw_free(&s->opt);
     }
+    muon_free(s);
     if (s->staging[0]) {
         fsdp_mem_track(FSDP_MEM_UNSHARDED, 2 * sizeof(float) * (size_t)s->staging_numel, -1);
         fsdp_dev_free_shared(s->dev, s->shard_comm, s->staging[1]);

@@ -194,6 +194,13 @@ FSDP_KERNEL(adamw_update, (float *, param), (const float *, grad), (float *, m),
 // (momentum 0); first: the buffer starts as the gradient (step 1).
 FSDP_KERNEL(sgd_update, (float *, param), (const float *, grad), (float *, momentum_buf), (size_t, n), (float, lr),
     (float, momentum), (float, dampening), (float, weight_decay), (int, nesterov), (int, first))
+// Muon's elementwise steps (optim/muon.c) on n contiguous values. axpby: y (n,) = a * y + b * x (x (n,)),
+// each product rounded, then the sum (no fused multiply-add): the momentum's lerp, Nesterov's, and the
+// decoupled update p * (1 - lr wd) - lr u.
+FSDP_KERNEL(axpby, (float *, y), (const float *, x), (float, a), (float, b), (size_t, n))
+// x (n,) /= (float)(sqrt(*sum_sq) + eps), sum_sq (1,) device (sum_squares's accumulator): x divided by its
+// Frobenius norm + eps without the norm leaving the device.
+FSDP_KERNEL(divide_by_norm, (float *, x), (const double *, sum_sq), (float, eps), (size_t, n))
 // acc (1,) device += sum of squares of x (n,), accumulated in double (the partial sums in the
 // order the host-returning form used, so norms stay bit-identical)
 FSDP_KERNEL(sum_squares, (double *, acc), (const float *, x), (size_t, n))

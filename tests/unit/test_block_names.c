@@ -154,7 +154,7 @@ static void check_big_wrap(fsdp_comm *world) {
     CHECK_EQ_INT(per_block * BIG_BLOCKS, model.params.count);
     int64_t block_numel = 0;
     for (int i = 0; i < per_block; i++) block_numel += model.params.items[i].numel;
-    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
+    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d.", 0};
     fsdp_state *fs = NULL;
     alarm(ALARM_SECONDS);
     CHECK(fsdp_wrap(&fs, desc, fsdp_config_default(), world) == FSDP_OK);
@@ -184,7 +184,7 @@ static void check_gpt2_root(fsdp_comm *world) {
     nn_gpt2 model;
     nn_gpt2_config cfg = {16, 8, 3, 1, 8, 0.0f, 1e-5f};
     CHECK(nn_gpt2_create(&model, cfg) == FSDP_OK);
-    fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d."};
+    fsdp_model_desc desc = {&model.params, &model.blocks, "GPT2Block", "h.%d.", 1};
     fsdp_state *fs = NULL;
     CHECK(fsdp_wrap(&fs, desc, fsdp_config_default(), world) == FSDP_OK);
     if (!fs) return;

@@ -180,7 +180,7 @@ static void check_unwritten_gradients(fsdp_comm *world) {
     cfg.wrap = FSDP_WRAP_NONE;
     cfg.deterministic = 1;
     cfg.det_chunks = fsdp_comm_size(world);  // one micro-step per rank
-    fsdp_model_desc desc = {&ps, &none, "Linear", "%d."};
+    fsdp_model_desc desc = {&ps, &none, "Linear", "%d.", 0};
     fsdp_state *fs = NULL;
     CHECK(fsdp_wrap(&fs, desc, cfg, world) == FSDP_OK);
     CHECK(fsdp_init_params(fs, 5) == FSDP_OK);
@@ -232,7 +232,7 @@ int main(int argc, char **argv) {
     cfg.wrap = FSDP_WRAP_CALLBACK;
     cfg.wrap_fn = wrap_even_blocks;
     cfg.wrap_user = &calls;
-    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d."};
+    fsdp_model_desc desc = {&model.params, &model.seq, "TransformerEncoderLayer", "%d.", 0};
     fsdp_state *fs = NULL;
     CHECK(fsdp_wrap(&fs, desc, cfg, world) == FSDP_OK);
     CHECK_EQ_INT(calls, 3);

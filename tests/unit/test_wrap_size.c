@@ -82,13 +82,13 @@ static int layout_is(const fsdp_state *fs, const char *const *names, const int64
 static void train(mixed_model *m, fsdp_config cfg, fsdp_comm *comm, const float *x, double *losses, float **grads,
                   int64_t *first, int64_t *count) {
     int R = fsdp_comm_rank(comm), N = fsdp_comm_size(comm), b = GLOBAL_BATCH / N;
-    fsdp_model_desc desc = {&m->params, &m->seq, "TransformerEncoderLayer", "%d."};
+    fsdp_model_desc desc = {&m->params, &m->seq, "TransformerEncoderLayer", "%d.", 0};
     fsdp_state *fs = NULL;
     CHECK(fsdp_wrap(&fs, desc, cfg, comm) == FSDP_OK);
     CHECK(fsdp_init_params(fs, 5) == FSDP_OK);
     fsdp_adamw_config ac = fsdp_adamw_defaults();
     ac.lr = 1e-4f;
-    CHECK(fsdp_optimizer_create(fs, ac) == FSDP_OK);
+    CHECK(fsdp_optimizer_create(fs, fsdp_optimizer_adamw(ac)) == FSDP_OK);
     size_t local = (size_t)b * SEQ * D_MODEL;
     fsdp_dev *dev = fsdp_state_device(fs);
     fsdp_stream *st = fsdp_dev_stream(dev, FSDP_STREAM_COMPUTE);
@@ -117,7 +117,7 @@ static void train(mixed_model *m, fsdp_config cfg, fsdp_comm *comm, const float 
             first[i] = p.shard_offset;
             count[i] = p.shard_numel;
         }
-        fsdp_optimizer_step(fs, ac.lr);
+        CHECK(fsdp_optimizer_step(fs, ac.lr) == FSDP_OK);
     }
     fsdp_dev_free(dev, xin);
     fsdp_dev_free(dev, dy);
@@ -134,7 +134,7 @@ int main(int argc, char **argv) {
     model_create(&m);
     int64_t small = block_numel(&m, 0), large = block_numel(&m, 1);
     CHECK(small == block_numel(&m, 2) && large > small);
-    fsdp_model_desc desc = {&m.params, &m.seq, "TransformerEncoderLayer", "%d."};
+    fsdp_model_desc desc = {&m.params, &m.seq, "TransformerEncoderLayer", "%d.", 0};
 
     // layouts: between the sizes, the large block alone (the small ones go to the root); at the small
     // size, every block

@@ -256,6 +256,16 @@ __global__ void k_sgd(float *param, const float *grad, float *buf, size_t n, flo
     }
 }
 
+// muon_elementwise.c's loops: y = a y + b x (two roundings, then the sum); x /= sqrt(sum_sq) + eps
+__global__ void k_axpby(float *y, const float *x, float a, float b, size_t n) {
+    GRID_STRIDE(i, n) y[i] = __fadd_rn(__fmul_rn(a, y[i]), __fmul_rn(b, x[i]));
+}
+
+__global__ void k_divide_by_norm(float *x, const double *sum_sq, float eps, size_t n) {
+    const float d = (float)(sqrt(*sum_sq) + (double)eps);
+    GRID_STRIDE(i, n) x[i] = __fdiv_rn(x[i], d);
+}
+
 // ---- fixed point (fixed_point.c) ----
 
 // limbs: digit k of element i of g (n,) at limbs[((i / block) * K + k) * block + i % block]; x = g * 2^frac
@@ -452,6 +462,18 @@ void t_sgd_update(fsdp_stream *st, float *param, const float *grad, float *momen
     CU_LAUNCHED(st, "sgd_update");
 }
 
+void t_axpby(fsdp_stream *st, float *y, const float *x, float a, float b, size_t n) {
+    if (!n) return;
+    k_axpby<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(y, x, a, b, n);
+    CU_LAUNCHED(st, "axpby");
+}
+
+void t_divide_by_norm(fsdp_stream *st, float *x, const double *sum_sq, float eps, size_t n) {
+    if (!n) return;
+    k_divide_by_norm<<<cu_blocks(n, kThreads), kThreads, 0, cu_stream(st)>>>(x, sum_sq, eps, n);
+    CU_LAUNCHED(st, "divide_by_norm");
+}
+
 void t_sum_squares(fsdp_stream *st, double *acc, const float *x, size_t n) {
     block_sum(st, acc, x, n, kSumSquaresMinBlock, 0, 0, "sum_squares");
 }
@@ -507,6 +529,8 @@ extern "C" void fsdp_cuda_fill_model(struct fsdp_kernels *t, int bf16) {
     t->adamw_update = t_adamw_update;
     t->sgd_update = t_sgd_update;
     t->sum_squares = t_sum_squares;
+    t->axpby = t_axpby;
+    t->divide_by_norm = t_divide_by_norm;
     t->fixed_quantize = t_fixed_quantize;
     t->fixed_finalize = t_fixed_finalize;
     t->sum_squares_exact = t_sum_squares_exact;
