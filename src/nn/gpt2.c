@@ -1,5 +1,6 @@
 // gpt2.c: GPT-2 forward (embeddings, pre-LN causal blocks, final LN, tied head, cross-entropy) and backward.
 #include "nn/gpt2.h"
+#include "nn/lora_sites.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -52,58 +53,31 @@ static void free_activations(nn_gpt2 *m) {
     m->capacity_rows = 0;
 }
 
-static const struct {
-    unsigned bit;
-    const char *name;  // the layer's name within the block
-} lora_sites[] = {{GPT2_LORA_C_ATTN, "attn.c_attn"}, {GPT2_LORA_ATTN_C_PROJ, "attn.c_proj"},
-                  {GPT2_LORA_C_FC, "mlp.c_fc"}, {GPT2_LORA_MLP_C_PROJ, "mlp.c_proj"}};
+static const nn_lora_site lora_sites[] = {{GPT2_LORA_C_ATTN, "attn.c_attn"},
+                                          {GPT2_LORA_ATTN_C_PROJ, "attn.c_proj"},
+                                          {GPT2_LORA_C_FC, "mlp.c_fc"},
+                                          {GPT2_LORA_MLP_C_PROJ, "mlp.c_proj"}};
+#define N_LORA_SITES (int)(sizeof lora_sites / sizeof lora_sites[0])
 
-const char *nn_gpt2_lora_target_name(int i) {
-    return i >= 0 && i < (int)(sizeof lora_sites / sizeof lora_sites[0]) ? lora_sites[i].name : NULL;
-}
+const char *nn_gpt2_lora_target_name(int i) { return i >= 0 && i < N_LORA_SITES ? lora_sites[i].name : NULL; }
 
 fsdp_status nn_gpt2_lora_targets(const char *list, unsigned *mask) {
-    *mask = 0;
-    for (const char *at = list; at && *at;) {
-        size_t len = strcspn(at, ",");
-        unsigned bit = 0;
-        for (size_t i = 0; i < sizeof lora_sites / sizeof lora_sites[0]; i++) {
-            const char *full = lora_sites[i].name, *dot = strchr(full, '.');
-            if ((strlen(full) == len && strncmp(full, at, len) == 0) ||
-                (strlen(dot + 1) == len && strncmp(dot + 1, at, len) == 0))  // "c_proj": both
-                bit |= lora_sites[i].bit;
-        }
-        if (!bit)
-            return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-targets: '%.*s' is not a projection of a GPT-2 block "
-                              "(expected c_attn, c_proj, c_fc, attn.c_proj or mlp.c_proj)", (int)len, at);
-        *mask |= bit;
-        at += len + (at[len] == ',');
-    }
-    if (!*mask) return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-targets: expected at least one projection");
-    return FSDP_OK;
+    return nn_lora_parse_targets(lora_sites, N_LORA_SITES, list, "a GPT-2 block",
+                                 "c_attn, c_proj, c_fc, attn.c_proj or mlp.c_proj", mask);
 }
 
 fsdp_status nn_gpt2_add_lora(nn_gpt2 *m, unsigned targets, int r, float alpha, float dropout) {
-    if (m->lora) return fsdp_error(FSDP_ERR_INVALID_ARG, "the model already has adapters");
-    if (r < 1) return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-rank: expected a rank of at least 1, got %d", r);
-    int per = 0;
-    for (size_t i = 0; i < sizeof lora_sites / sizeof lora_sites[0]; i++) per += (targets & lora_sites[i].bit) != 0;
-    if (!per) return fsdp_error(FSDP_ERR_INVALID_ARG, "--lora-targets: expected at least one projection");
-    m->lora = calloc((size_t)(per * m->cfg.n_layer), sizeof(nn_lora));
-    if (!m->lora) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for the adapters");
+    nn_linear **layers = malloc((size_t)m->cfg.n_layer * N_LORA_SITES * sizeof *layers);  // (n_layer, sites)
+    if (!layers) return fsdp_error(FSDP_ERR_NOMEM, "out of memory for the adapters");
     for (int b = 0; b < m->cfg.n_layer; b++) {
         nn_block *blk = &m->blocks.blocks[b];
-        nn_linear *layers[4] = {&blk->attn.in_proj, &blk->attn.out_proj, &blk->fc1, &blk->fc2};
-        for (int i = 0; i < 4; i++) {
-            if (!(targets & lora_sites[i].bit)) continue;
-            char prefix[64];
-            snprintf(prefix, sizeof prefix, "h.%d.%s.", b, lora_sites[i].name);
-            nn_lora *a = &m->lora[m->n_lora++];
-            nn_lora_init(a, &m->params, prefix, layers[i]->in, layers[i]->out, r, alpha, dropout, b, 16 + i);
-            layers[i]->lora = a;
-        }
+        nn_linear *of_block[N_LORA_SITES] = {&blk->attn.in_proj, &blk->attn.out_proj, &blk->fc1, &blk->fc2};
+        memcpy(layers + (size_t)b * N_LORA_SITES, of_block, sizeof of_block);
     }
-    return FSDP_OK;
+    fsdp_status st = nn_lora_attach(&m->lora, &m->n_lora, &m->params, lora_sites, N_LORA_SITES, layers,
+                                    m->cfg.n_layer, "h.%d.", targets, r, alpha, dropout);
+    free(layers);
+    return st;
 }
 
 void nn_gpt2_free(nn_gpt2 *m) {
