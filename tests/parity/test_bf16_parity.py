@@ -66,32 +66,39 @@ class BF16MatMul(torch.autograd.Function):
 mm = BF16MatMul.apply
 
 
-class FlashCore(torch.autograd.Function):
-    """Causal attention core on scaled queries qs (B, H, T, hd), as the fused kernel computes it with bf16
-    products (the sequences here fit in one key block of 256, so no rescaling happens)."""
+def flash_core(matmul):
+    """The causal attention core on scaled queries qs (B, H, T, hd), as the fused kernel computes it with
+    bf16 products (the sequences here fit in one key block of 256, so no rescaling happens); matmul(a, b)
+    multiplies the bf16-rounded operands (fp32 accumulation, or fp64 for the order-sensitivity yardstick)."""
 
-    @staticmethod
-    def forward(ctx, qs, k, v):
-        T = qs.shape[-2]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-        s = (r(qs) @ r(k).transpose(-2, -1)).masked_fill(mask, float("-inf"))
-        m = s.amax(-1, keepdim=True)
-        e = torch.exp(s - m)
-        l = e.sum(-1, keepdim=True)
-        o = (r(e) @ r(v)) * (1.0 / l)
-        ctx.save_for_backward(qs, k, v, o, m + torch.log(l))
-        return o
+    class Core(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, qs, k, v):
+            T = qs.shape[-2]
+            mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+            s = matmul(r(qs), r(k).transpose(-2, -1)).masked_fill(mask, float("-inf"))
+            m = s.amax(-1, keepdim=True)
+            e = torch.exp(s - m)
+            l = e.sum(-1, keepdim=True)
+            o = matmul(r(e), r(v)) * (1.0 / l)
+            ctx.save_for_backward(qs, k, v, o, m + torch.log(l))
+            return o
 
-    @staticmethod
-    def backward(ctx, do):
-        qs, k, v, o, lse = ctx.saved_tensors
-        T = qs.shape[-2]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-        p = torch.exp((r(qs) @ r(k).transpose(-2, -1)) - lse).masked_fill(mask, 0.0)
-        dv = r(p).transpose(-2, -1) @ r(do)
-        dp = r(do) @ r(v).transpose(-2, -1)
-        ds = p * (dp - (do * o).sum(-1, keepdim=True))
-        return r(ds) @ r(k), r(ds).transpose(-2, -1) @ r(qs), dv
+        @staticmethod
+        def backward(ctx, do):
+            qs, k, v, o, lse = ctx.saved_tensors
+            T = qs.shape[-2]
+            mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
+            p = torch.exp(matmul(r(qs), r(k).transpose(-2, -1)) - lse).masked_fill(mask, 0.0)
+            dv = matmul(r(p).transpose(-2, -1), r(do))
+            dp = matmul(r(do), r(v).transpose(-2, -1))
+            ds = p * (dp - (do * o).sum(-1, keepdim=True))
+            return matmul(r(ds), r(k)), matmul(r(ds).transpose(-2, -1), r(qs)), dv
+
+    return Core
+
+
+FlashCore = flash_core(lambda a, b: a @ b)
 
 
 class Conv1D(gpt2_parity.Conv1D):

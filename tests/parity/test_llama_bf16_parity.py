@@ -27,38 +27,8 @@ from fsdp_testlib import Checker, mpirun, parse_args, parse_losses, run, st_load
 torch.set_default_dtype(torch.float32)  # test_llama_parity's reference is float64; this one is not
 
 
-class FlashCore64(torch.autograd.Function):
-    """test_bf16_parity.FlashCore with every product and row sum accumulated in fp64 (the operands rounded
-    to bf16 as there): the reference's own sensitivity to summation order inside attention."""
-
-    @staticmethod
-    def forward(ctx, qs, k, v):
-        T = qs.shape[-2]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-        r = bf16.r
-        s = (r(qs).double() @ r(k).double().transpose(-2, -1)).float().masked_fill(mask, float("-inf"))
-        m = s.amax(-1, keepdim=True)
-        e = torch.exp(s - m)
-        l = e.double().sum(-1, keepdim=True).float()
-        o = (r(e).double() @ r(v).double()).float() * (1.0 / l)
-        ctx.save_for_backward(qs, k, v, o, m + torch.log(l))
-        return o
-
-    @staticmethod
-    def backward(ctx, do):
-        qs, k, v, o, lse = ctx.saved_tensors
-        T = qs.shape[-2]
-        mask = torch.triu(torch.ones(T, T, dtype=torch.bool), 1)
-        r = bf16.r
-
-        def mm64(a, b):
-            return (a.double() @ b.double()).float()
-
-        p = torch.exp(mm64(r(qs), r(k).transpose(-2, -1)) - lse).masked_fill(mask, 0.0)
-        dv = mm64(r(p).transpose(-2, -1), r(do))
-        dp = mm64(r(do), r(v).transpose(-2, -1))
-        ds = p * (dp - (do.double() * o.double()).sum(-1, keepdim=True).float())
-        return mm64(r(ds), r(k)), mm64(r(ds).transpose(-2, -1), r(qs)), dv
+# the attention core with its products accumulated in fp64: the reference's own sensitivity to order there
+FlashCore64 = bf16.flash_core(lambda a, b: (a.double() @ b.double()).float())
 
 
 class OneUlpNoise(torch.autograd.Function):
